@@ -1,0 +1,3 @@
+from im_server.cli import main
+
+main()

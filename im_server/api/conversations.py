@@ -1,0 +1,70 @@
+"""Conversations: states, history, sends over REST, unread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.schemas import SendBody
+from im_server.errors import bad_request
+from im_server.ids import parse_conv_id
+from im_server.services import conversations, history, send
+
+router = APIRouter(prefix="/v1", tags=["conversations"], responses=ERRORS)
+
+
+def _int_param(request: Request, name: str, *, minimum: int = 0) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer") from None
+    if value < minimum or value > 2**63 - 1:
+        raise bad_request(f"{name} must be between {minimum} and 2^63-1")
+    return value
+
+
+@router.get("/conversations", summary="My conversation states (hidden ones left out)")
+async def list_conversations(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
+    return await conversations.list_states(ctx, caller.user_id)
+
+
+@router.get(
+    "/conversations/{conv_id}/messages",
+    summary="History by seq range, clamped to my window",
+    description="Query: begin, end, limit (default 50, capped), order=asc|desc. Keeps the seqs nearest `end`.",
+)
+async def get_messages(conv_id: str, request: Request, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    ref = parse_conv_id(conv_id)
+    begin = _int_param(request, "begin")
+    end = _int_param(request, "end")
+    limit = _int_param(request, "limit", minimum=1)
+    order = request.query_params.get("order", "asc")
+    if order not in ("asc", "desc"):
+        raise bad_request("order must be asc or desc")
+    if begin is not None and end is not None and begin > end:
+        raise bad_request("begin must not exceed end")
+    s = ctx.settings
+    limit = min(limit or s.history_limit_default, s.history_limit_max)
+    return await history.get_history(ctx, caller.user_id, ref, begin, end, limit, order)
+
+
+@router.post("/conversations/{conv_id}/messages", summary="Send a message (the same pipeline and ack as the WebSocket)")
+async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    data = {
+        "conv_id": conv_id,
+        "client_msg_id": body.client_msg_id,
+        "content_type": body.content_type,
+        "content": body.content,
+    }
+    ref, cmid, ctype, content_json = send.check_send(ctx, caller.user_id, data)
+    return await send.do_send(ctx, caller.user_id, ref, cmid, ctype, content_json)
+
+
+@router.get("/unread", summary="Unread counts of every conversation, from one SQL statement")
+async def unread(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await conversations.unread(ctx, caller.user_id)

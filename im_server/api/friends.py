@@ -1,0 +1,33 @@
+"""Friends: requests, accept, list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.schemas import FriendRequestBody
+from im_server.services import contacts
+
+router = APIRouter(prefix="/v1/friends", tags=["friends"], responses=ERRORS)
+
+
+@router.post("/requests", status_code=201, summary="Ask someone to be friends (accepts their pending request to you)")
+async def request_friend(body: FriendRequestBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await contacts.do_request_friend(ctx, caller.user_id, body.to_user_id, body.note)
+
+
+@router.get("/requests", summary="Pending requests, to me and from me")
+async def list_requests(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await contacts.requests(ctx, caller.user_id)
+
+
+@router.post("/requests/{request_id}/accept", summary="Accept a request: the single chat's conv_id")
+async def accept(request_id: int, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await contacts.do_accept(ctx, caller.user_id, request_id)
+
+
+@router.get("", summary="My friends, without those I removed")
+async def list_friends(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
+    return await contacts.friends(ctx, caller.user_id)

@@ -1,0 +1,147 @@
+"""create_app(settings): the FastAPI app. The lifespan opens the store pools, starts the
+fan-out and, unless disabled, the in-process persister; shutdown runs in steps: close
+sockets (1012), finish the persister's batch, close the pools."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from im_server import __version__
+from im_server.api import accounts, conversations, friends, groups, ops
+from im_server.config import Settings, load_settings
+from im_server.context import Context, TTLCache
+from im_server.errors import ImError, is_store_error
+from im_server.gateway import ws
+from im_server.gateway.fanout import Fanout
+from im_server.gateway.hub import Hub
+from im_server.health import Health
+from im_server.services import send
+from im_server.services.coalesce import Coalescer
+from im_server.storage.db import create_engine
+from im_server.storage.redis.store import RedisStore
+from im_server.workers.persister import Persister
+
+log = logging.getLogger("im_server.app")
+WEB_DIR = Path(__file__).parent / "web"
+CLOSE_RESTART = 1012
+
+TAGS = [
+    {"name": "accounts", "description": "Users, sessions (bearer tokens)."},
+    {"name": "friends", "description": "Friend requests and the friend list."},
+    {"name": "groups", "description": "Groups and their members."},
+    {"name": "conversations", "description": "States, history, sends, read state."},
+    {"name": "operations", "description": "Health, readiness, metrics."},
+]
+
+
+def build_context(settings: Settings) -> Context:
+    redis = RedisStore(
+        settings.redis_url or "",
+        dedupe_ttl=settings.dedupe_ttl_seconds,
+        timeout=settings.store_timeout_seconds,
+        low_water=max(1, settings.seq_block_size // 2),
+    )
+    ctx = Context(
+        settings=settings,
+        db=create_engine(settings),
+        redis=redis,
+        auth_cache=TTLCache(settings.auth_cache_seconds),
+        members_cache=TTLCache(settings.members_cache_seconds),
+    )
+    ctx.send_batcher = Coalescer(redis.send_many, settings.send_batch_max)
+    ctx.extra["dedupe_checker"] = send.dedupe_checker(ctx)
+    ctx.extra["health"] = Health(ctx)
+    return ctx
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctx = build_context(settings)
+        hub = Hub()
+        fanout = Fanout(ctx, hub, ctx.redis)
+        ctx.events = fanout
+        app.state.ctx = ctx
+        app.state.gateway = ws.Gateway(ctx, hub, fanout)
+        for register in app.state.frame_handlers:
+            register(app.state.gateway)
+        await fanout.start()
+        persister = Persister(ctx) if settings.run_persister else None
+        if persister:
+            await persister.start()
+        ctx.extra["persister"] = persister
+        for start in app.state.workers:
+            await start(ctx)
+        log.info("im-server %s ready (node %s)", __version__, settings.node_name)
+        try:
+            yield
+        finally:
+            hub_conns = hub.all()
+            for c in hub_conns:
+                c.close(CLOSE_RESTART, "server restarting")
+            await asyncio.sleep(0.05 if hub_conns else 0)
+            for stop in app.state.stoppers:
+                await stop(ctx)
+            if persister:
+                await persister.stop()
+            await fanout.stop()
+            if ctx.background:
+                await asyncio.wait(list(ctx.background), timeout=2.0)
+            await ctx.redis.close()
+            await ctx.db.dispose()
+
+    app = FastAPI(
+        title="im-server",
+        version=__version__,
+        description="WebSocket instant messaging: dense per-conversation seqs, forward-only read cursors, sync.",
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.frame_handlers = []  # callables(gateway) adding frame types
+    app.state.workers = []  # async callables(ctx) started with the app
+    app.state.stoppers = []  # async callables(ctx) run at shutdown, before the persister stops
+
+    @app.exception_handler(ImError)
+    async def _im_error(request: Request, exc: ImError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        msg = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+        return JSONResponse({"error": {"code": "bad_request", "message": msg}}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_store_error(exc):
+            return JSONResponse(
+                {"error": {"code": "unavailable", "message": "a store is unavailable, try again"}}, status_code=503
+            )
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+
+    for r in (ops.router, accounts.router, friends.router, groups.router, conversations.router, ws.router):
+        app.include_router(r)
+    if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
+        app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    return app
+
+
+def app_factory() -> Any:
+    """For ``uvicorn --factory im_server.app:app_factory``."""
+    return create_app()

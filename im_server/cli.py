@@ -1,0 +1,165 @@
+"""The ``im-server`` command: serve | persister | migrate.
+
+``serve`` with no IM_DATABASE_URL / IM_REDIS_URL starts a real PostgreSQL and Redis under
+the data folder (``./.im-data``), runs the migrations, and serves; with both URLs set it
+uses those servers and starts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from im_server import logs
+from im_server.config import Settings, load_settings
+
+log = logging.getLogger("im_server.cli")
+
+
+def _start_embedded(settings: Settings) -> tuple[Settings, list[object]]:
+    from im_server.runtime.embedded import start_postgres, start_redis
+
+    data = settings.data_dir.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    pg = start_postgres(data / "pg")
+    rd = start_redis(data / "redis")
+    log.info("embedded stores up in %.2f s", time.monotonic() - t0)
+    os.environ["IM_DATABASE_URL"] = pg.url
+    os.environ["IM_REDIS_URL"] = rd.url
+    return settings.model_copy(update={"database_url": pg.url, "redis_url": rd.url}), [rd, pg]
+
+
+def _stop_all(handles: list[object]) -> None:
+    for h in handles:
+        try:
+            h.stop()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            log.exception("stopping %r failed", h)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, object] = {}
+    if args.host:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    if args.data_dir:
+        overrides["data_dir"] = Path(args.data_dir)
+    if args.no_persister:
+        overrides["run_persister"] = False
+    settings = load_settings(**overrides)
+    logs.setup(settings.log_level, settings.log_format)
+    handles: list[object] = []
+    t0 = time.monotonic()
+    # SIGTERM during start-up must still stop what was started
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if settings.embedded:
+            settings, handles = _start_embedded(settings)
+        from im_server.storage.db import run_migrations
+
+        assert settings.database_url
+        run_migrations(settings.database_url)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        import uvicorn
+
+        from im_server.app import create_app
+
+        where = f"http://{settings.host}:{settings.port}"
+        data_note = (
+            f"data in {settings.data_dir.resolve()} (embedded PostgreSQL {settings.database_url}, Redis {settings.redis_url})"
+            if handles
+            else "using the configured PostgreSQL and Redis"
+        )
+        print(f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws); {data_note}", flush=True)
+        log.info("start-up took %.2f s before serving", time.monotonic() - t0)
+        config = uvicorn.Config(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http="httptools",
+            ws="websockets-sansio",
+            ws_max_size=settings.max_frame_bytes,
+            ws_ping_interval=20,
+            ws_ping_timeout=20,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            backlog=4096,
+        )
+        server = uvicorn.Server(config)
+        server.run()
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop_all(handles)
+
+
+def cmd_persister(args: argparse.Namespace) -> int:
+    settings = load_settings(run_persister=True)
+    logs.setup(settings.log_level, settings.log_format)
+    if settings.embedded:
+        print("im-server persister needs IM_DATABASE_URL and IM_REDIS_URL", file=sys.stderr)
+        return 2
+    from im_server.app import build_context
+    from im_server.workers.persister import Persister
+
+    async def main() -> None:
+        ctx = build_context(settings)
+        p = Persister(ctx)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await p.start()
+        print(f"im-server persister running as consumer {p.consumer}", flush=True)
+        await stop.wait()
+        await p.stop()
+        await ctx.redis.close()
+        await ctx.db.dispose()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    logs.setup(settings.log_level, settings.log_format)
+    if not settings.database_url:
+        print("im-server migrate needs IM_DATABASE_URL", file=sys.stderr)
+        return 2
+    from im_server.storage.db import run_migrations
+
+    run_migrations(settings.database_url)
+    print("migrations applied")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="im-server", description="WebSocket instant-messaging server")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the server (embedded PostgreSQL and Redis unless IM_*_URL are set)")
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=None)
+    s.add_argument("--data-dir", default=None, help="where embedded stores keep their data (default ./.im-data)")
+    s.add_argument("--no-persister", action="store_true", help="run the persister elsewhere (im-server persister)")
+    s.set_defaults(fn=cmd_serve)
+    p = sub.add_parser("persister", help="run only the persister (needs IM_DATABASE_URL and IM_REDIS_URL)")
+    p.set_defaults(fn=cmd_persister)
+    m = sub.add_parser("migrate", help="apply database migrations (needs IM_DATABASE_URL)")
+    m.set_defaults(fn=cmd_migrate)
+    args = parser.parse_args(argv)
+    sys.exit(args.fn(args))

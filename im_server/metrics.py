@@ -1,0 +1,32 @@
+"""Prometheus metrics (prometheus-client, default registry, served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SENDS = Counter("im_sends_total", "Send attempts by outcome", ["outcome"])
+SEND_LATENCY = Histogram(
+    "im_send_seconds",
+    "Time from a validated send to its ack",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+PUSHES = Counter("im_pushes_total", "Frames queued to live connections")
+DROPPED_SLOW = Counter("im_dropped_slow_consumers_total", "Connections closed because their send queue was full")
+CONNECTIONS = Gauge("im_connections", "Open WebSocket connections in this process")
+PERMISSION_LOOKUP_FAILURES = Counter(
+    "im_permission_lookup_failures_total", "Friendship/block/membership lookups that failed (sends let through)"
+)
+STORE_ERRORS = Counter("im_store_errors_total", "Store calls that failed", ["store"])
+PERSISTED = Counter("im_persisted_messages_total", "Messages written to PostgreSQL by the persister")
+PERSIST_BATCH = Histogram(
+    "im_persist_batch_size", "Messages per persister batch", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+)
+PERSIST_LAG = Histogram(
+    "im_persist_lag_seconds",
+    "Time from ack (server_time) to commit in PostgreSQL",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+STREAM_DEPTH = Gauge("im_stream_depth", "Entries waiting in the message streams")
+READ_FLUSHES = Counter("im_read_flushes_total", "Read-cursor batches written to PostgreSQL")
+READ_FLUSH_ROWS = Counter("im_read_flush_rows_total", "Cursor rows written by read-cursor batches")
+BAD_FRAMES = Counter("im_bad_frames_total", "WebSocket frames refused", ["code"])

@@ -1,0 +1,1 @@
+"""Supervision of the embedded PostgreSQL and Redis processes."""

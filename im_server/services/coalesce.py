@@ -1,0 +1,51 @@
+"""Group commit for store calls: requests that arrive while a batch is in flight are
+merged into the next batch, so N concurrent sends cost one round trip, not N, and an
+idle server still answers the first request at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Coalescer(Generic[T, R]):
+    def __init__(self, run: Callable[[list[T]], Awaitable[list[R]]], max_batch: int = 256) -> None:
+        self._run = run
+        self._max = max_batch
+        self._queue: list[tuple[T, asyncio.Future[R]]] = []
+        self._draining = False
+
+    def submit(self, item: T) -> asyncio.Future[R]:
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, fut))
+        if not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self._max], self._queue[self._max :]
+                try:
+                    results = await self._run([item for item, _ in batch])
+                except BaseException as e:  # noqa: BLE001 - every waiter must hear of it
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+                    if not isinstance(e, Exception):
+                        raise
+                    continue
+                for (_, fut), res in zip(batch, results, strict=True):
+                    if fut.done():
+                        continue
+                    if isinstance(res, Exception):
+                        fut.set_exception(res)
+                    else:
+                        fut.set_result(res)
+        finally:
+            self._draining = False

@@ -1,0 +1,82 @@
+"""Friends and blocks. Friendship is one row per pair; what one side did (removed the
+other, cleared, blocked) is that side's own state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from im_server.context import Context
+from im_server.errors import ImError, bad_request, not_found
+from im_server.ids import MAX_ID, single_conv_id
+from im_server.services import permissions
+from im_server.storage import accounts, contacts, conversations
+from im_server.storage.db import next_version_txn
+
+
+def check_user_id(value: object, field: str = "user_id") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
+        raise bad_request(f"{field} must be a positive 64-bit integer")
+    return value
+
+
+async def _accept_txn(conn: Any, req: contacts.FriendRequest) -> str:
+    version = await next_version_txn(conn)
+    reverse = await contacts.pending_request(conn, req.to_user_id, req.from_user_id)
+    ids = [req.request_id] + ([reverse.request_id] if reverse else [])
+    await contacts.mark_accepted(conn, ids)
+    await contacts.make_friends(conn, req.from_user_id, req.to_user_id)
+    conv_id = single_conv_id(req.from_user_id, req.to_user_id)
+    a, b = sorted((req.from_user_id, req.to_user_id))
+    await conversations.ensure_conversation(conn, conv_id, conversations.SINGLE)
+    await conversations.ensure_single_members(conn, conv_id, a, b, version)
+    return conv_id
+
+
+async def do_request_friend(ctx: Context, me: int, to_user_id: object, note: object = None) -> dict[str, Any]:
+    to = check_user_id(to_user_id, "to_user_id")
+    if to == me:
+        raise bad_request("you cannot befriend yourself")
+    if note is None:
+        note = ""
+    if not isinstance(note, str) or len(note) > 256:
+        raise bad_request("note: at most 256 characters")
+    accepted: str | None = None
+    async with ctx.db.begin() as conn:
+        if not await accounts.existing_user_ids(conn, [to]):
+            raise not_found("no such user")
+        if await contacts.are_friends(conn, me, to):
+            raise ImError("conflict", "you are already friends")
+        reverse = await contacts.pending_request(conn, to, me)
+        if reverse is not None:
+            accepted = await _accept_txn(conn, reverse)
+            request_id = reverse.request_id
+        else:
+            request_id = await contacts.create_request(conn, me, to, note)
+    if accepted:
+        await permissions.permissions_changed(ctx, [accepted])
+        return {"request_id": request_id, "conv_id": accepted, "accepted": True}
+    return {"request_id": request_id}
+
+
+async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
+    async with ctx.db.begin() as conn:
+        req = await contacts.request_by_id(conn, request_id, for_update=True)
+        if req is None or req.to_user_id != me:
+            raise not_found("no such friend request")
+        if req.status != 0:
+            return {"conv_id": single_conv_id(req.from_user_id, req.to_user_id)}
+        conv_id = await _accept_txn(conn, req)
+    await permissions.permissions_changed(ctx, [conv_id])
+    return {"conv_id": conv_id}
+
+
+async def requests(ctx: Context, me: int) -> dict[str, Any]:
+    async with ctx.db.connect() as conn:
+        incoming, outgoing = await contacts.pending_for(conn, me)
+    return {"incoming": [r.public() for r in incoming], "outgoing": [r.public() for r in outgoing]}
+
+
+async def friends(ctx: Context, me: int) -> list[dict[str, Any]]:
+    async with ctx.db.connect() as conn:
+        rows = await contacts.friends_of(conn, me)
+    return [{"user_id": uid, "username": name, "conv_id": single_conv_id(me, uid)} for uid, name in rows]

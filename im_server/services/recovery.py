@@ -1,0 +1,43 @@
+"""A Redis that lost its data (flushed, or a new server): the dedupe keys of recent sends
+are gone, so for a while every send whose key is missing is checked against PostgreSQL
+first. A Redis that merely restarted on its AOF keeps them; its seq counters are not
+trusted either way (see extend_seq.lua), so no seq is reused."""
+
+from __future__ import annotations
+
+import logging
+
+from im_server.context import Context
+from im_server.storage import messages
+from im_server.storage.db import now_ms
+
+log = logging.getLogger("im_server.recovery")
+
+
+async def check_redis_epoch(ctx: Context) -> None:
+    """Look at the boot marker: missing means the data is gone (flush, new server), so
+    open the dedupe recheck window if PostgreSQL already holds messages; then (re)write
+    the marker with the current run id."""
+    async with ctx.redis_recovery_lock:
+        r = ctx.redis
+        await r.ping()  # makes sure run_id is current
+        boot = await r.boot_run_id()
+        if boot == r.run_id:
+            await r.refresh_cold_until()
+            return
+        had_data = False
+        if boot is None:
+            async with ctx.db.connect() as conn:
+                had_data = await messages.any_messages(conn)
+        if boot is not None:
+            log.info("redis restarted with its data (run id %s -> %s)", boot, r.run_id)
+        elif had_data:
+            until = now_ms() + ctx.settings.dedupe_recheck_seconds * 1000
+            await r.set_cold_until(until)
+            log.warning(
+                "redis lost its data (run id %s): checking dedupe in PostgreSQL for %d s",
+                r.run_id,
+                ctx.settings.dedupe_recheck_seconds,
+            )
+        await r.set_boot_run_id()
+        await r.refresh_cold_until()

@@ -1,0 +1,218 @@
+"""The send pipeline: validate, then ONE Redis script call that dedupes, checks the
+sender's rights, allocates the seq and queues the message on the durable stream; then
+the ack, then the fan-out (off the sender's path). The persister writes PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+import orjson
+from redis.exceptions import RedisError
+
+from im_server import metrics
+from im_server.context import Context
+from im_server.errors import ImError, bad_request, unavailable
+from im_server.ids import ConvRef, parse_conv_id, valid_client_msg_id
+from im_server.services import members, permissions, recovery, seqs
+from im_server.services.coalesce import Coalescer
+from im_server.storage import messages as msg_store
+from im_server.storage.redis import keys
+from im_server.storage.redis.store import SendArgs
+
+log = logging.getLogger("im_server.send")
+_CONTENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
+SERVER_TYPES = frozenset({"system", "recall"})
+_MAX_ATTEMPTS = 60
+
+
+def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[ConvRef, str, str, str]:
+    """Validate a send (frame or REST body): (conv, client_msg_id, content_type, content JSON)."""
+    ref = parse_conv_id(body.get("conv_id"))
+    cmid = body.get("client_msg_id")
+    if not valid_client_msg_id(cmid):
+        raise bad_request("client_msg_id: 1-64 characters of [A-Za-z0-9_-]")
+    ctype = body.get("content_type", "text")
+    if not isinstance(ctype, str) or not _CONTENT_TYPE.match(ctype) or ctype in SERVER_TYPES:
+        raise bad_request("content_type: lowercase word like 'text' ('system' and 'recall' are the server's)")
+    content = body.get("content")
+    if not isinstance(content, dict):
+        raise bad_request("content must be a JSON object")
+    if ctype == "text":
+        t = content.get("text")
+        if not isinstance(t, str) or not t:
+            raise bad_request("a text message needs content.text, a non-empty string")
+    try:
+        encoded = orjson.dumps(content)
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise bad_request(f"content cannot be encoded: {e}") from e
+    if len(encoded) > ctx.settings.max_content_bytes:
+        raise ImError("too_large", f"content is {len(encoded)} bytes, the limit is {ctx.settings.max_content_bytes}")
+    if ref.kind == "single" and not ref.has_user(sender_id):
+        raise ImError("not_member", "this single chat is not yours")
+    return ref, str(cmid), ctype, encoded.decode()
+
+
+def ack(conv_id: str, cmid: str, seq: int, server_time: int, duplicate: bool) -> dict[str, Any]:
+    return {
+        "type": "ack",
+        "client_msg_id": cmid,
+        "ok": True,
+        "conv_id": conv_id,
+        "seq": seq,
+        "server_time": server_time,
+        "duplicate": duplicate,
+    }
+
+
+async def _run_script(ctx: Context, args: SendArgs) -> list[Any]:
+    try:
+        res = await ctx.send_batcher.submit(args)
+    except (RedisError, OSError, asyncio.TimeoutError) as e:
+        metrics.STORE_ERRORS.labels("redis").inc()
+        raise unavailable("the message queue is unavailable, try again") from e
+    if isinstance(res, Exception):
+        raise unavailable("the message queue is unavailable, try again") from res
+    return res  # type: ignore[no-any-return]
+
+
+async def do_send(
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    cmid: str,
+    ctype: str,
+    content_json: str,
+    *,
+    exclude_conn: int | None = None,
+    skip_perm: bool = False,
+) -> dict[str, Any]:
+    """Queue one message and fan it out; returns the ack body. Raises ImError on refusal."""
+    started = time.perf_counter()
+    args = SendArgs(
+        conv_id=ref.conv_id,
+        sender_id=sender_id,
+        client_msg_id=cmid,
+        content_type=ctype,
+        content_json=content_json,
+        server_time=int(time.time() * 1000),
+        partition=keys.partition_of(ref.conv_id, ctx.settings.stream_partitions),
+        skip_perm=skip_perm,
+    )
+    for _ in range(_MAX_ATTEMPTS):
+        r = await _run_script(ctx, args)
+        status = r[0]
+        if status == "ok":
+            seq, ts = int(r[1]), int(r[2])
+            if len(r) > 3 and int(r[3]):
+                seqs.refill_soon(ctx, ref)
+            metrics.SENDS.labels("ok").inc()
+            metrics.SEND_LATENCY.observe(time.perf_counter() - started)
+            await fan_out(ctx, ref, seq, sender_id, cmid, ctype, content_json, ts, exclude_conn)
+            return ack(ref.conv_id, cmid, seq, ts, False)
+        if status == "dup":
+            conv_id, seq_s, ts_s = str(r[1]).split("|")
+            metrics.SENDS.labels("duplicate").inc()
+            return ack(conv_id, cmid, int(seq_s), int(ts_s), True)
+        if status == "denied":
+            metrics.SENDS.labels(str(r[1])).inc()
+            raise ImError(str(r[1]), _DENIED.get(str(r[1]), str(r[1])))
+        try:
+            if status == "perm_cold":
+                if not await permissions.load_send_permissions(ctx, ref, str(r[1])):
+                    args.skip_perm = True
+            elif status == "need_block":
+                await seqs.refill(ctx, ref)
+            elif status == "reset":
+                await recovery.check_redis_epoch(ctx)
+            elif status == "check_pg":
+                found = await ctx.extra["dedupe_checker"].submit((sender_id, cmid))
+                if found is not None:
+                    conv_id, seq, ts = found
+                    await ctx.redis.set_dedupe(sender_id, cmid, f"{conv_id}|{seq}|{ts}")
+                    metrics.SENDS.labels("duplicate").inc()
+                    return ack(conv_id, cmid, seq, ts, True)
+                args.skip_cold = True
+            else:
+                raise RuntimeError(f"unexpected send script answer {r!r}")
+        except ImError:
+            raise
+        except (RedisError, OSError, asyncio.TimeoutError) as e:
+            metrics.STORE_ERRORS.labels("redis").inc()
+            raise unavailable("the message queue is unavailable, try again") from e
+        except Exception as e:  # PostgreSQL down while refilling seqs or rechecking dedupe
+            metrics.STORE_ERRORS.labels("postgres").inc()
+            log.warning("send to %s could not complete (%s): %r", ref.conv_id, status, e)
+            raise unavailable("the database is unavailable, try again") from e
+    raise unavailable("the send could not be completed, try again")
+
+
+_DENIED = {
+    "not_friends": "you are not friends (or one side removed the other)",
+    "blocked": "the receiver blocked you",
+    "not_member": "you are not a member of this conversation",
+}
+
+
+def dedupe_checker(ctx: Context) -> Coalescer[tuple[int, str], tuple[str, int, int] | None]:
+    """Looks (sender, client_msg_id) pairs up in PostgreSQL, many per query: used only
+    while a Redis that lost its data may have forgotten recent sends."""
+
+    async def run(pairs: list[tuple[int, str]]) -> list[tuple[str, int, int] | None]:
+        async with ctx.db.connect() as conn:
+            found = await msg_store.by_dedupe_keys(conn, pairs)
+        return [found.get(p) for p in pairs]
+
+    return Coalescer(run, 500)
+
+
+def message_frame(conv_id: str, seq: int, sender_id: int, cmid: str, ctype: str, content_json: str, ts: int) -> str:
+    """The ``message`` frame as text, built once per message and sent to every device.
+    The content is already JSON, so it is spliced in rather than parsed and re-encoded."""
+    head = orjson.dumps(
+        {
+            "conv_id": conv_id,
+            "seq": seq,
+            "sender_id": sender_id,
+            "client_msg_id": cmid,
+            "content_type": ctype,
+            "server_time": ts,
+            "recalled": False,
+        }
+    ).decode()
+    return '{"type":"message","message":' + head[:-1] + ',"content":' + content_json + "}}"
+
+
+async def fan_out(
+    ctx: Context,
+    ref: ConvRef,
+    seq: int,
+    sender_id: int,
+    cmid: str,
+    ctype: str,
+    content_json: str,
+    ts: int,
+    exclude_conn: int | None,
+) -> None:
+    frame = message_frame(ref.conv_id, seq, sender_id, cmid, ctype, content_json, ts)
+    users = members.cached_recipients(ctx, ref)
+    if users is not None:
+        ctx.events.push(users, frame, exclude_conn)
+        return
+    try:
+        users = await members.recipients(ctx, ref)
+    except Exception as e:  # noqa: BLE001 - the message is queued; devices catch up by sync
+        log.warning("fan-out of %s/%d skipped, members unknown: %r", ref.conv_id, seq, e)
+        return
+    ctx.events.push(users, frame, exclude_conn)
+
+
+async def send_system(ctx: Context, actor_id: int, ref: ConvRef, ctype: str, content: dict[str, Any]) -> dict[str, Any]:
+    """A server-made message (membership change, recall notice) through the same pipeline."""
+    return await do_send(
+        ctx, actor_id, ref, f"{ctype}-{uuid.uuid4().hex}", ctype, orjson.dumps(content).decode(), skip_perm=True
+    )

@@ -1,0 +1,307 @@
+"""Conversations, members and their windows, and the conversation-state query (with
+the unread count of each, from one statement)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from im_server.storage.db import now_ms
+
+SINGLE, GROUP = 1, 2
+ROLE_MEMBER, ROLE_ADMIN, ROLE_OWNER = 0, 1, 2
+ROLE_NAMES = {ROLE_MEMBER: "member", ROLE_ADMIN: "admin", ROLE_OWNER: "owner"}
+NOT_UNREAD_TYPES = ("recall", "system")
+
+
+@dataclass(slots=True)
+class ConvRow:
+    conv_id: str
+    conv_type: int
+    group_id: int | None
+    min_seq: int
+    max_seq: int
+
+
+@dataclass(slots=True)
+class MemberRow:
+    conv_id: str
+    user_id: int
+    role: int
+    min_seq: int
+    max_seq: int | None
+    read_seq: int | None
+    delivered_seq: int
+    hidden_seq: int | None
+
+    @property
+    def active(self) -> bool:
+        return self.max_seq is None
+
+
+async def conv_row(conn: AsyncConnection, conv_id: str) -> ConvRow | None:
+    row = (
+        await conn.execute(
+            text("SELECT conv_id, conv_type, group_id, min_seq, max_seq FROM conversations WHERE conv_id = :c"),
+            {"c": conv_id},
+        )
+    ).first()
+    return ConvRow(*row) if row else None
+
+
+async def ensure_conversation(conn: AsyncConnection, conv_id: str, conv_type: int, group_id: int | None = None) -> None:
+    await conn.execute(
+        text(
+            "INSERT INTO conversations (conv_id, conv_type, group_id, created_at) VALUES (:c, :t, :g, :n) "
+            "ON CONFLICT DO NOTHING"
+        ),
+        {"c": conv_id, "t": conv_type, "g": group_id, "n": now_ms()},
+    )
+
+
+async def ensure_single_members(conn: AsyncConnection, conv_id: str, a: int, b: int, version: int) -> None:
+    """Both sides of a single chat; existing rows keep their window (a clear point survives
+    removing and adding back) and become visible again."""
+    await conn.execute(
+        text(
+            "INSERT INTO conv_members (conv_id, user_id, version, joined_at) VALUES (:c, :a, :v, :n), "
+            "(:c, :b, :v, :n) ON CONFLICT (conv_id, user_id) DO UPDATE SET hidden_seq = NULL, version = :v"
+        ),
+        {"c": conv_id, "a": a, "b": b, "v": version, "n": now_ms()},
+    )
+
+
+async def upsert_members(
+    conn: AsyncConnection, conv_id: str, user_ids: list[int], role: int, min_seq: int, read_seq: int | None, version: int
+) -> None:
+    """Join or re-join many at once: each window is replaced (open end, new start)."""
+    await conn.execute(
+        text(
+            "INSERT INTO conv_members (conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, "
+            "hidden_seq, version, joined_at) SELECT :c, u, :r, :mn, NULL, CAST(:rs AS bigint), COALESCE(CAST(:rs AS bigint), 0), "
+            "NULL, :v, :n FROM unnest(CAST(:us AS bigint[])) AS x(u) "
+            "ON CONFLICT (conv_id, user_id) DO UPDATE SET role = EXCLUDED.role, min_seq = EXCLUDED.min_seq, "
+            "max_seq = NULL, read_seq = EXCLUDED.read_seq, "
+            "delivered_seq = GREATEST(conv_members.delivered_seq, EXCLUDED.delivered_seq), "
+            "hidden_seq = NULL, version = EXCLUDED.version, joined_at = EXCLUDED.joined_at"
+        ),
+        {"c": conv_id, "us": user_ids, "r": role, "mn": min_seq, "rs": read_seq, "v": version, "n": now_ms()},
+    )
+
+
+async def member(conn: AsyncConnection, conv_id: str, user_id: int) -> MemberRow | None:
+    row = (
+        await conn.execute(
+            text(
+                "SELECT conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, hidden_seq "
+                "FROM conv_members WHERE conv_id = :c AND user_id = :u"
+            ),
+            {"c": conv_id, "u": user_id},
+        )
+    ).first()
+    return MemberRow(*row) if row else None
+
+
+async def members(conn: AsyncConnection, conv_id: str, *, active_only: bool = True) -> list[MemberRow]:
+    sql = (
+        "SELECT conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, hidden_seq "
+        "FROM conv_members WHERE conv_id = :c"
+    )
+    if active_only:
+        sql += " AND max_seq IS NULL"
+    rows = await conn.execute(text(sql + " ORDER BY user_id"), {"c": conv_id})
+    return [MemberRow(*r) for r in rows]
+
+
+async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
+    r = await conn.execute(
+        text("SELECT user_id FROM conv_members WHERE conv_id = :c AND max_seq IS NULL ORDER BY user_id"),
+        {"c": conv_id},
+    )
+    return [int(x) for x in r.scalars()]
+
+
+async def upsert_member(
+    conn: AsyncConnection, conv_id: str, user_id: int, role: int, min_seq: int, read_seq: int | None, version: int
+) -> None:
+    """Join or re-join: the window is replaced (open end, new start), the cursor set."""
+    await conn.execute(
+        text(
+            "INSERT INTO conv_members (conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, "
+            "hidden_seq, version, joined_at) VALUES (:c, :u, :r, :mn, NULL, :rs, COALESCE(:rs, 0), NULL, :v, :n) "
+            "ON CONFLICT (conv_id, user_id) DO UPDATE SET role = EXCLUDED.role, min_seq = EXCLUDED.min_seq, "
+            "max_seq = NULL, read_seq = EXCLUDED.read_seq, "
+            "delivered_seq = GREATEST(conv_members.delivered_seq, EXCLUDED.delivered_seq), "
+            "hidden_seq = NULL, version = EXCLUDED.version, joined_at = EXCLUDED.joined_at"
+        ),
+        {"c": conv_id, "u": user_id, "r": role, "mn": min_seq, "rs": read_seq, "v": version, "n": now_ms()},
+    )
+
+
+async def close_window(conn: AsyncConnection, conv_id: str, user_id: int, max_seq: int, version: int) -> bool:
+    r = await conn.execute(
+        text(
+            "UPDATE conv_members SET max_seq = :m, role = 0, version = :v "
+            "WHERE conv_id = :c AND user_id = :u AND max_seq IS NULL"
+        ),
+        {"c": conv_id, "u": user_id, "m": max_seq, "v": version},
+    )
+    return (r.rowcount or 0) > 0
+
+
+async def set_role(conn: AsyncConnection, conv_id: str, user_id: int, role: int, version: int) -> None:
+    await conn.execute(
+        text("UPDATE conv_members SET role = :r, version = :v WHERE conv_id = :c AND user_id = :u"),
+        {"c": conv_id, "u": user_id, "r": role, "v": version},
+    )
+
+
+async def raise_min_seq(conn: AsyncConnection, conv_id: str, user_id: int, min_seq: int, version: int) -> None:
+    """Clear my side: the window starts at min_seq (never moves back)."""
+    await conn.execute(
+        text(
+            "UPDATE conv_members SET min_seq = GREATEST(min_seq, :m), version = :v "
+            "WHERE conv_id = :c AND user_id = :u"
+        ),
+        {"c": conv_id, "u": user_id, "m": min_seq, "v": version},
+    )
+
+
+async def hide(conn: AsyncConnection, conv_id: str, user_id: int, upto: int, version: int) -> None:
+    await conn.execute(
+        text(
+            "UPDATE conv_members SET hidden_seq = GREATEST(COALESCE(hidden_seq, 0), :h), version = :v "
+            "WHERE conv_id = :c AND user_id = :u"
+        ),
+        {"c": conv_id, "u": user_id, "h": upto, "v": version},
+    )
+
+
+async def reserve_seq_block(conn: AsyncConnection, conv_id: str, conv_type: int, size: int) -> tuple[int, int]:
+    """Move the conversation's reserved high-water mark up by ``size``; returns (old, new).
+    Seqs in (old, new] now belong to Redis, and no Redis will ever get them again."""
+    r = await conn.execute(
+        text(
+            "INSERT INTO conversations (conv_id, conv_type, seq_reserved, created_at) VALUES (:c, :t, :s, :n) "
+            "ON CONFLICT (conv_id) DO UPDATE SET seq_reserved = GREATEST(conversations.seq_reserved, "
+            "conversations.max_seq) + :s RETURNING seq_reserved"
+        ),
+        {"c": conv_id, "t": conv_type, "s": size, "n": now_ms()},
+    )
+    new = int(r.scalar_one())
+    return new - size, new
+
+
+async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
+    """Highest persisted seq (used when Redis cannot say what it handed out)."""
+    r = await conn.execute(text("SELECT max_seq FROM conversations WHERE conv_id = :c"), {"c": conv_id})
+    v = r.scalar_one_or_none()
+    return int(v or 0)
+
+
+_MSG_COLS = "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+
+
+def message_dict(row: Any) -> dict[str, Any]:
+    content = row[5]
+    if isinstance(content, str):
+        content = orjson.loads(content)
+    return {
+        "conv_id": row[0],
+        "seq": int(row[1]),
+        "sender_id": int(row[2]),
+        "client_msg_id": row[3],
+        "content_type": row[4],
+        "content": content,
+        "server_time": int(row[6]),
+        "recalled": bool(row[7]),
+    }
+
+
+# The visible window of member m in conversation c, and the unread cursor with the
+# COALESCE fallback: my read cursor, else my last sent seq there, else 0.
+_WIN_MIN = "GREATEST(c.min_seq, m.min_seq)"
+_WIN_MAX = "LEAST(c.max_seq, COALESCE(m.max_seq, c.max_seq))"
+_CURSOR = (
+    "COALESCE(m.read_seq, (SELECT max(s.seq) FROM messages s WHERE s.conv_id = m.conv_id "
+    "AND s.sender_id = m.user_id), 0)"
+)
+_UNREAD = (
+    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
+    f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
+    "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
+    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
+)
+
+
+async def states(
+    conn: AsyncConnection, user_id: int, *, conv_ids: list[str] | None = None, include_hidden: bool = False
+) -> list[dict[str, Any]]:
+    """Conversation states of a user, each with its unread count and last visible message."""
+    where = "m.user_id = :u"
+    params: dict[str, Any] = {"u": user_id}
+    if conv_ids is not None:
+        where += " AND m.conv_id = ANY(:cids)"
+        params["cids"] = conv_ids
+    if not include_hidden:
+        where += " AND (m.hidden_seq IS NULL OR c.max_seq > m.hidden_seq)"
+    sql = f"""
+        SELECT c.conv_id, c.conv_type, c.group_id, g.name,
+               {_WIN_MIN} AS wmin, {_WIN_MAX} AS wmax, m.read_seq,
+               GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END,
+                        COALESCE(pm.version, 0)) AS version,
+               pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
+               lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
+               lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role
+        FROM conv_members m
+        JOIN conversations c ON c.conv_id = m.conv_id
+        LEFT JOIN groups g ON g.group_id = c.group_id
+        LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id
+        LEFT JOIN LATERAL (
+            SELECT {_MSG_COLS} FROM messages x
+            WHERE x.conv_id = m.conv_id AND x.seq >= {_WIN_MIN}
+              AND x.seq <= COALESCE(m.max_seq, 9223372036854775807)
+            ORDER BY x.seq DESC LIMIT 1) lm ON true
+        WHERE {where}
+        ORDER BY COALESCE(lm.server_time, 0) DESC, c.conv_id
+    """
+    out = []
+    for r in await conn.execute(text(sql), params):
+        wmin, wmax = int(r[4]), int(r[5])
+        st: dict[str, Any] = {
+            "conv_id": r[0],
+            "type": "single" if r[1] == SINGLE else "group",
+            "min_seq": wmin,
+            "max_seq": max(wmax, wmin - 1),
+            "read_seq": int(r[6] or 0),
+            "unread": int(r[11]),
+            "last_message": message_dict(r[12:20]) if r[12] is not None else None,
+            "version": int(r[7]),
+        }
+        if r[1] == SINGLE:
+            st["peer_id"] = int(r[8]) if r[8] is not None else None
+            st["peer_read_seq"] = int(r[9] or 0)
+            st["peer_delivered_seq"] = int(r[10] or 0)
+        else:
+            st["group_id"] = int(r[2])
+            st["name"] = r[3]
+            st["active"] = bool(r[20])
+            st["role"] = ROLE_NAMES.get(int(r[21]), "member")
+        out.append(st)
+    return out
+
+
+async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int]]:
+    """Unread count of every conversation of the user, in one statement."""
+    r = await conn.execute(
+        text(
+            f"SELECT m.conv_id, {_UNREAD} AS unread FROM conv_members m JOIN conversations c "
+            "ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
+        ),
+        {"u": user_id},
+    )
+    return [(str(a), int(b)) for a, b in r if b]

@@ -1,0 +1,121 @@
+"""Messages: batched idempotent inserts (the persister), history ranges, dedupe lookups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from im_server.storage.conversations import _MSG_COLS, message_dict
+
+
+@dataclass(slots=True)
+class NewMessage:
+    conv_id: str
+    seq: int
+    sender_id: int
+    client_msg_id: str
+    content_type: str
+    content_json: str
+    server_time: int
+
+
+async def insert_batch(conn: AsyncConnection, batch: list[NewMessage]) -> int:
+    """Insert many messages in one statement; rows already there are skipped, so a batch
+    replayed after a crash changes nothing. Returns the number of rows inserted."""
+    r = await conn.execute(
+        text(
+            "INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time) "
+            "SELECT c, q, s, m, t, b::jsonb, ts FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[]), "
+            "CAST(:s AS bigint[]), CAST(:m AS text[]), CAST(:t AS text[]), CAST(:b AS text[]), "
+            "CAST(:ts AS bigint[])) AS x(c, q, s, m, t, b, ts) ON CONFLICT DO NOTHING"
+        ),
+        {
+            "c": [m.conv_id for m in batch],
+            "q": [m.seq for m in batch],
+            "s": [m.sender_id for m in batch],
+            "m": [m.client_msg_id for m in batch],
+            "t": [m.content_type for m in batch],
+            "b": [m.content_json for m in batch],
+            "ts": [m.server_time for m in batch],
+        },
+    )
+    return r.rowcount or 0
+
+
+async def advance_conversations(conn: AsyncConnection, tops: dict[str, int], version: int) -> None:
+    """Raise each conversation's persisted max_seq and stamp the batch's sync version."""
+    convs = list(tops)
+    await conn.execute(
+        text(
+            "INSERT INTO conversations (conv_id, conv_type, max_seq, seq_reserved, version, created_at) "
+            "SELECT c, CASE WHEN left(c, 2) = 'g:' THEN 2 ELSE 1 END, q, q, :v, "
+            "(extract(epoch from now()) * 1000)::bigint "
+            "FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[])) AS x(c, q) "
+            "ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq), "
+            "seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = :v"
+        ),
+        {"c": convs, "q": [tops[c] for c in convs], "v": version},
+    )
+
+
+async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:
+    if not targets:
+        return
+    await conn.execute(
+        text(
+            "UPDATE messages m SET content = NULL, recalled = true FROM unnest(CAST(:c AS text[]), "
+            "CAST(:q AS bigint[])) AS x(c, q) WHERE m.conv_id = x.c AND m.seq = x.q"
+        ),
+        {"c": [t[0] for t in targets], "q": [t[1] for t in targets]},
+    )
+
+
+async def by_dedupe_key(conn: AsyncConnection, sender_id: int, client_msg_id: str) -> tuple[str, int, int] | None:
+    row = (
+        await conn.execute(
+            text("SELECT conv_id, seq, server_time FROM messages WHERE sender_id = :s AND client_msg_id = :m"),
+            {"s": sender_id, "m": client_msg_id},
+        )
+    ).first()
+    return (str(row[0]), int(row[1]), int(row[2])) if row else None
+
+
+async def by_dedupe_keys(
+    conn: AsyncConnection, pairs: list[tuple[int, str]]
+) -> dict[tuple[int, str], tuple[str, int, int]]:
+    """Batch form of by_dedupe_key: {(sender, client_msg_id): (conv_id, seq, server_time)}."""
+    r = await conn.execute(
+        text(
+            "SELECT m.sender_id, m.client_msg_id, m.conv_id, m.seq, m.server_time FROM messages m "
+            "JOIN unnest(CAST(:s AS bigint[]), CAST(:c AS text[])) AS x(s, c) "
+            "ON m.sender_id = x.s AND m.client_msg_id = x.c"
+        ),
+        {"s": [p[0] for p in pairs], "c": [p[1] for p in pairs]},
+    )
+    return {(int(a), str(b)): (str(c), int(d), int(e)) for a, b, c, d, e in r}
+
+
+async def message_range(
+    conn: AsyncConnection, conv_id: str, begin: int, end: int, descending: bool
+) -> list[dict[str, Any]]:
+    order = "DESC" if descending else "ASC"
+    r = await conn.execute(
+        text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq BETWEEN :b AND :e ORDER BY seq {order}"),
+        {"c": conv_id, "b": begin, "e": end},
+    )
+    return [message_dict(row) for row in r]
+
+
+async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq = :q"), {"c": conv_id, "q": seq})
+    ).first()
+    return message_dict(row) if row else None
+
+
+async def any_messages(conn: AsyncConnection) -> bool:
+    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM messages)"))
+    return bool(r.scalar_one())

@@ -1,0 +1,244 @@
+"""All Redis commands of the server. Lua lives in ``scripts/*.lua``, loaded once
+(``register_script`` re-loads it by itself after a Redis restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
+
+from im_server.storage.redis import keys
+
+log = logging.getLogger("im_server.redis")
+_SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@dataclass(slots=True)
+class SendArgs:
+    conv_id: str
+    sender_id: int
+    client_msg_id: str
+    content_type: str
+    content_json: str
+    server_time: int
+    partition: int
+    skip_perm: bool = False
+    skip_cold: bool = False
+
+
+class RedisStore:
+    """One client (connection pool) plus the scripts; tracks the server's run id so a
+    restarted Redis is noticed before any command runs on a new connection."""
+
+    def __init__(self, url: str, *, dedupe_ttl: int, timeout: float = 3.0, low_water: int = 500) -> None:
+        self.url = url
+        self.dedupe_ttl = dedupe_ttl
+        self.low_water = low_water
+        self.run_id = ""
+        self.cold_until = 0
+        self.run_id_changed = asyncio.Event()
+        self.client: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            redis_connect_func=self._on_connect,
+            max_connections=64,
+            health_check_interval=0,
+        )
+        self._send = self.client.register_script((_SCRIPTS / "send.lua").read_text())
+        self._extend = self.client.register_script((_SCRIPTS / "extend_seq.lua").read_text())
+        self._load_perm = self.client.register_script((_SCRIPTS / "load_perm.lua").read_text())
+
+    async def _on_connect(self, conn: Connection) -> None:
+        await conn.on_connect()
+        await conn.send_command("INFO", "server")
+        info = await conn.read_response()
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        for line in text.splitlines():
+            if line.startswith("run_id:"):
+                rid = line.split(":", 1)[1].strip()
+                if rid != self.run_id:
+                    if self.run_id:
+                        log.warning("redis restarted (run id %s -> %s)", self.run_id, rid)
+                    self.run_id = rid
+                    self.run_id_changed.set()
+                break
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        return bool(await self.client.ping())
+
+    # ---- send ----------------------------------------------------------------------------
+
+    def _send_keys_args(self, a: SendArgs, cold: bool) -> tuple[list[str], list[Any]]:
+        k = [
+            keys.dedupe(a.sender_id, a.client_msg_id),
+            keys.seq(a.conv_id),
+            keys.perm(a.conv_id),
+            keys.stream(a.partition),
+            keys.BOOT,
+            keys.perm_epoch(a.conv_id),
+        ]
+        v = [
+            a.conv_id,
+            a.sender_id,
+            a.client_msg_id,
+            a.content_type,
+            a.content_json,
+            a.server_time,
+            self.run_id,
+            "1" if a.skip_perm else "0",
+            "1" if a.skip_cold else "0",
+            "1" if cold else "0",
+            self.dedupe_ttl,
+            self.low_water,
+        ]
+        return k, v
+
+    async def send_many(self, items: list[SendArgs]) -> list[list[Any]]:
+        """Run the atomic send script for each item, all in one pipelined round trip."""
+        cold = self.cold_until > time.time() * 1000
+        if len(items) == 1:
+            k, v = self._send_keys_args(items[0], cold)
+            return [await self._send(keys=k, args=v)]
+        pipe = self.client.pipeline(transaction=False)
+        for a in items:
+            k, v = self._send_keys_args(a, cold)
+            await self._send(keys=k, args=v, client=pipe)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def extend_seq(self, conv_id: str, old_reserved: int, new_reserved: int) -> tuple[int, int]:
+        r = await self._extend(keys=[keys.seq(conv_id)], args=[old_reserved, new_reserved, self.run_id])
+        return int(r[0]), int(r[1])
+
+    async def lock_seq(self, conv_id: str, owner: str, ttl_ms: int = 5000) -> bool:
+        return bool(await self.client.set(keys.seq_lock(conv_id), owner, nx=True, px=ttl_ms))
+
+    async def unlock_seq(self, conv_id: str) -> None:
+        await self.client.delete(keys.seq_lock(conv_id))
+
+    async def current_seq(self, conv_id: str) -> int | None:
+        """The last seq handed out for the conversation, or None when Redis holds no counter."""
+        cur = await self.client.hget(keys.seq(conv_id), "cur")
+        return int(cur) if cur is not None else None
+
+    async def set_dedupe(self, sender_id: int, client_msg_id: str, value: str) -> None:
+        await self.client.set(keys.dedupe(sender_id, client_msg_id), value, ex=self.dedupe_ttl)
+
+    # ---- boot marker / cold dedupe window -------------------------------------------------
+
+    async def mark_boot(self) -> bool:
+        """Set the boot marker; True when it was missing (new or flushed Redis)."""
+        return bool(await self.client.set(keys.BOOT, self.run_id or "1", nx=True))
+
+    async def boot_run_id(self) -> str | None:
+        v = await self.client.get(keys.BOOT)
+        return str(v) if v is not None else None
+
+    async def set_boot_run_id(self) -> None:
+        await self.client.set(keys.BOOT, self.run_id)
+
+    async def set_cold_until(self, until_ms: int) -> None:
+        await self.client.set(keys.COLD_UNTIL, until_ms)
+
+    async def refresh_cold_until(self) -> int:
+        v = await self.client.get(keys.COLD_UNTIL)
+        self.cold_until = int(v) if v else 0
+        return self.cold_until
+
+    # ---- permissions cache ----------------------------------------------------------------
+
+    async def load_perm(self, conv_id: str, epoch: str, statuses: dict[int, str], ttl: int) -> bool:
+        args: list[Any] = [epoch, ttl]
+        for uid, st in statuses.items():
+            args.extend((uid, st))
+        r = await self._load_perm(keys=[keys.perm(conv_id), keys.perm_epoch(conv_id)], args=args)
+        return bool(r)
+
+    async def perm_epoch(self, conv_id: str) -> str:
+        return str(await self.client.get(keys.perm_epoch(conv_id)) or "0")
+
+    async def invalidate_perm(self, conv_ids: list[str]) -> None:
+        """Called after a change committed in PostgreSQL: bump the epoch, drop the hash."""
+        if not conv_ids:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for c in conv_ids:
+            pipe.incr(keys.perm_epoch(c))
+            pipe.delete(keys.perm(c))
+        await pipe.execute()
+
+    # ---- stream (persister) ---------------------------------------------------------------
+
+    async def ensure_group(self, partition: int) -> None:
+        try:
+            await self.client.xgroup_create(keys.stream(partition), keys.GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+
+    async def read_group(
+        self, partitions: list[int], consumer: str, count: int, block_ms: int, pending: bool = False
+    ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+        streams = {keys.stream(p): ("0" if pending else ">") for p in partitions}
+        r = await self.client.xreadgroup(
+            keys.GROUP, consumer, streams, count=count, block=None if pending else block_ms
+        )
+        return r or []
+
+    async def autoclaim(
+        self, partition: int, consumer: str, min_idle_ms: int, count: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        r = await self.client.xautoclaim(
+            keys.stream(partition), keys.GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+        )
+        # Redis 6.2 answers [next, entries], Redis 7 [next, entries, deleted]
+        entries = r[1] if r else []
+        return [(i, f) for i, f in entries if f is not None]
+
+    async def ack(self, stream_key: str, ids: list[str]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xack(stream_key, keys.GROUP, *ids)
+        pipe.xdel(stream_key, *ids)
+        await pipe.execute()
+
+    async def stream_depth(self, partitions: int) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for p in range(partitions):
+            pipe.xlen(keys.stream(p))
+        return sum(int(x) for x in await pipe.execute())
+
+    # ---- nodes and pub/sub ----------------------------------------------------------------
+
+    async def heartbeat(self, node: str, ttl_ms: int) -> list[str]:
+        """Register this node and return every live node (self included)."""
+        now = int(time.time() * 1000)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(keys.NODES, {node: now + ttl_ms})
+        pipe.zremrangebyscore(keys.NODES, 0, now)
+        pipe.zrange(keys.NODES, 0, -1)
+        r = await pipe.execute()
+        return list(r[2])
+
+    async def leave(self, node: str) -> None:
+        await self.client.zrem(keys.NODES, node)
+
+    async def publish_many(self, items: list[tuple[str, str]]) -> None:
+        if not items:
+            return
+        if len(items) == 1:
+            await self.client.publish(*items[0])
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for ch, data in items:
+            pipe.publish(ch, data)
+        await pipe.execute()

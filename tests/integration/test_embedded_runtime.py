@@ -1,0 +1,301 @@
+"""Real embedded PostgreSQL + Redis: restart, crash recovery, leftovers of a previous run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psutil
+import pytest
+import redis
+
+from im_server.runtime.embedded import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    EmbeddedRuntimeError,
+    free_port,
+    start_postgres,
+    start_redis,
+    wait_for_port,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def alive(pid: int) -> bool:
+    """Running and not a zombie (PID 1 of a container may never reap orphans)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def pg_fetch(pg: EmbeddedPostgres, sql: str, *args: Any) -> list[asyncpg.Record]:
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=pg.port, user="postgres", database="postgres"
+        )
+        try:
+            return list(await conn.fetch(sql, *args))
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def pg_write(pg: EmbeddedPostgres, value: str) -> None:
+    pg_fetch(pg, "create table if not exists t (v text)")
+    pg_fetch(pg, "insert into t values ($1)", value)
+
+
+def pg_values(pg: EmbeddedPostgres) -> list[str]:
+    return [r["v"] for r in pg_fetch(pg, "select v from t order by v")]
+
+
+def rclient(r: EmbeddedRedis) -> redis.Redis:
+    return redis.Redis.from_url(r.url, socket_timeout=5)
+
+
+def rget(r: EmbeddedRedis, key: str) -> bytes | None:
+    c = rclient(r)
+    try:
+        value = c.get(key)
+        assert value is None or isinstance(value, bytes)
+        return value
+    finally:
+        c.close()
+
+
+def rset(r: EmbeddedRedis, key: str, value: str) -> None:
+    c = rclient(r)
+    try:
+        c.set(key, value)
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def stoppers() -> Iterator[list[Callable[[], None]]]:
+    """Whatever a test registers here is stopped at teardown, even when it fails."""
+    fns: list[Callable[[], None]] = []
+    yield fns
+    for fn in reversed(fns):
+        with contextlib.suppress(Exception):  # best-effort cleanup
+            fn()
+
+
+def both(
+    folder: Path, stoppers: list[Callable[[], None]], **pg_kwargs: Any
+) -> tuple[EmbeddedPostgres, EmbeddedRedis]:
+    pg = start_postgres(folder / "pg", **pg_kwargs)
+    stoppers.append(pg.stop)
+    r = start_redis(folder / "redis")
+    stoppers.append(r.stop)
+    return pg, r
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_restart_keeps_data(tmp_path: Path, stoppers: list[Callable[[], None]]) -> None:
+    # A deep folder: the unix socket path would not fit in PGDATA (107 byte limit).
+    folder = tmp_path / ("d" * 60) / "im-data"
+    pg, r = both(folder, stoppers)
+    assert pg.url == f"postgresql+asyncpg://postgres@127.0.0.1:{pg.port}/postgres"
+    assert r.url == f"redis://127.0.0.1:{r.port}/0"
+    assert pg.socket_dir is not None and pg.socket_dir != pg.data_dir
+    assert pg.port != r.port
+    pg_pid, r_pid = pg.pid(), r.pid()
+    assert pg_pid and r_pid
+    # Own sessions: a Ctrl-C for the parent's terminal does not reach them.
+    assert os.getsid(pg_pid) != os.getsid(0) and os.getsid(r_pid) != os.getsid(0)
+    assert (r.data_dir / "redis.pid").read_text().strip() == str(r_pid)
+    wait_for_port("127.0.0.1", pg.port, 1.0)
+
+    pg_write(pg, "row-1")
+    rset(r, "k", "v1")
+    pg.stop()
+    r.stop()
+    assert pg.pid() is None and r.pid() is None
+    assert not alive(pg_pid) and not alive(r_pid)
+    pg.stop()  # idempotent
+    r.stop()
+    pg.kill()
+    r.kill()
+    assert not (pg.data_dir / "postmaster.pid").exists()
+    assert not (r.data_dir / "redis.pid").exists()
+
+    pg2, r2 = both(folder, stoppers)
+    assert pg_values(pg2) == ["row-1"]
+    assert rget(r2, "k") == b"v1"
+
+    # A busy explicit port is a clear error (after the leftovers check, before starting).
+    pg2.stop()
+    r2.stop()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(EmbeddedRuntimeError, match="already in use"):
+            start_postgres(folder / "pg", port)
+        with pytest.raises(EmbeddedRuntimeError, match="already in use"):
+            start_redis(folder / "redis", port)
+    with pytest.raises(TimeoutError):
+        wait_for_port("127.0.0.1", port, 0.1)
+
+
+def test_restart_after_sigkill_and_stale_pid_files(
+    tmp_path: Path, stoppers: list[Callable[[], None]]
+) -> None:
+    pg, r = both(tmp_path, stoppers)
+    pg_write(pg, "before-crash-1")
+    rset(r, "k1", "1")
+
+    # Crash 1: both SIGKILLed, their pid files stay behind (dead or zombie pids).
+    pg.kill()
+    r.kill()
+    assert pg.pid() is None and r.pid() is None
+    assert (pg.data_dir / "postmaster.pid").exists() and (r.data_dir / "redis.pid").exists()
+    pg, r = both(tmp_path, stoppers)
+    assert pg_values(pg) == ["before-crash-1"]
+    assert rget(r, "k1") == b"1"
+    pg_write(pg, "before-crash-2")
+    rset(r, "k2", "2")
+
+    # Crash 2: a backend is frozen so it outlives its postmaster (an orphan still attached
+    # to the old shared memory), and the pid files now name a live process that is not
+    # ours (pid reuse): this test process, which must of course survive.
+    postmaster = psutil.Process(pg.pid())
+    orphan = postmaster.children()[0]
+    orphan.send_signal(signal.SIGSTOP)
+    pg.kill()
+    r.kill()
+    assert alive(orphan.pid)
+    pm_file = pg.data_dir / "postmaster.pid"
+    lines = pm_file.read_text().splitlines()
+    pm_file.write_text("\n".join([str(os.getpid()), *lines[1:]]) + "\n")
+    (r.data_dir / "redis.pid").write_text(f"{os.getpid()}\n")
+
+    pg, r = both(tmp_path, stoppers, port=free_port())
+    assert not alive(orphan.pid)
+    assert pg_values(pg) == ["before-crash-1", "before-crash-2"]
+    assert rget(r, "k1") == b"1" and rget(r, "k2") == b"2"
+
+
+def test_previous_run_left_alive(tmp_path: Path, stoppers: list[Callable[[], None]]) -> None:
+    # An interrupted initdb of an even earlier run: a PGDATA with files but no PG_VERSION.
+    (tmp_path / "pg" / "base").mkdir(parents=True)
+    (tmp_path / "pg" / "junk").write_text("x")
+    old_pg, old_r = both(tmp_path, stoppers, fsync=False)
+    assert not (old_pg.data_dir / "junk").exists()
+    pg_write(old_pg, "x")
+    rset(old_r, "k", "x")
+    old_pg_pid, old_r_pid = old_pg.pid(), old_r.pid()
+    assert old_pg_pid and old_r_pid
+    # "Forget" the handles: a new run starts on the same folder with other ports.
+    new_pg_port, new_r_port = free_port(), free_port()
+    pg = start_postgres(tmp_path / "pg", new_pg_port, fsync=False)
+    stoppers.append(pg.stop)
+    r = start_redis(tmp_path / "redis", new_r_port)
+    stoppers.append(r.stop)
+
+    assert (pg.port, r.port) == (new_pg_port, new_r_port)
+    assert not alive(old_pg_pid)
+    assert old_r.process is not None
+    assert old_r.process.wait(5) is not None  # reaped: it was our child
+    assert pg.pid() not in (None, old_pg_pid)
+    assert pg_values(pg) == ["x"]
+    assert rget(r, "k") == b"x"
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b"garbage\x00\xff\r\n", id="garbage"),  # needs redis-check-aof --fix
+        pytest.param(b"*3\r\n$3\r\nSET\r\n$1\r\nz\r\n$5\r\nab", id="truncated"),
+    ],
+)
+def test_half_written_aof(tmp_path: Path, stoppers: list[Callable[[], None]], tail: bytes) -> None:
+    r = start_redis(tmp_path / "redis", appendfsync="always")
+    stoppers.append(r.stop)
+    for i in range(50):
+        rset(r, f"k{i}", str(i))
+    r.kill()
+    aof = r.data_dir / "appendonly.aof"
+    with open(aof, "ab") as fh:
+        fh.write(tail)
+
+    r = start_redis(tmp_path / "redis")
+    stoppers.append(r.stop)
+    assert [rget(r, f"k{i}") for i in (0, 49)] == [b"0", b"49"]
+    assert rget(r, "z") is None
+    rset(r, "after", "1")
+    r.stop()
+    r = start_redis(tmp_path / "redis")
+    stoppers.append(r.stop)
+    assert rget(r, "after") == b"1"
+
+
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from im_server.runtime.embedded import start_postgres, start_redis
+folder = Path(sys.argv[1])
+pg = start_postgres(folder / "pg", fsync=False)
+r = start_redis(folder / "redis")
+import redis
+redis.Redis.from_url(r.url).set("from-child", "1")
+print(json.dumps({"pg": pg.pid(), "redis": r.pid()}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_parent_process_group_killed(tmp_path: Path, stoppers: list[Callable[[], None]]) -> None:
+    """``kill -9`` of the whole process group of an ``im-server serve``-like parent."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=str(ROOT),
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None
+        pids = json.loads(child.stdout.readline())
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+        if child.stdout is not None:
+            child.stdout.close()
+    # Redis follows its parent (PR_SET_PDEATHSIG); the postmaster, in its own session, stays.
+    assert wait_gone(pids["redis"], 10)
+    assert alive(pids["pg"])
+
+    pg, r = both(tmp_path, stoppers, fsync=False)
+    assert not alive(pids["pg"])
+    assert pg_fetch(pg, "select 1 as one")[0]["one"] == 1
+    assert rget(r, "from-child") == b"1"
