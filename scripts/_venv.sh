@@ -23,8 +23,12 @@ ensure_venv() {
   want="$(sha256sum pyproject.toml | cut -c1-16)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "installing im-server${extras:+ [$extras]} into .venv" >&2
-    .venv/bin/python -m pip install --quiet --upgrade pip >&2
-    .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}" >&2
+    if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
+           .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"; } >.venv/install.log 2>&1; then
+      cat .venv/install.log >&2
+      echo "installing im-server failed (log above, also in .venv/install.log)" >&2
+      exit 1
+    fi
     echo "$want" > "$stamp"
   fi
 }

@@ -30,14 +30,35 @@ def create_engine(settings: Settings) -> AsyncEngine:
 
 
 def run_migrations(url: str) -> None:
-    """``alembic upgrade head`` (synchronous: call it before the event loop starts)."""
+    """``alembic upgrade head``. Synchronous; from inside a running event loop it runs in
+    a thread of its own (Alembic's env.py starts its own loop)."""
+    import asyncio
+    import threading
+
     from alembic import command
     from alembic.config import Config
 
     cfg = Config(str(ROOT / "alembic.ini"))
     cfg.set_main_option("script_location", str(ROOT / "migrations"))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    command.upgrade(cfg, "head")
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        command.upgrade(cfg, "head")
+        return
+    errors: list[BaseException] = []
+
+    def _run() -> None:
+        try:
+            command.upgrade(cfg, "head")
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(e)
+
+    t = threading.Thread(target=_run)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
 
 
 async def ping(engine: AsyncEngine) -> None:
