@@ -25,11 +25,13 @@ from im_server.gateway import ws
 from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Hub
 from im_server.health import Health
-from im_server.services import send
+from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
 from im_server.storage.db import create_engine
 from im_server.storage.redis.store import RedisStore
+from im_server.workers.cursors import CursorBatcher
 from im_server.workers.persister import Persister
+from im_server.workers.receipts import ReceiptPusher
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
@@ -78,6 +80,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for register in app.state.frame_handlers:
             register(app.state.gateway)
         await fanout.start()
+        receipts = ReceiptPusher(ctx)
+        ctx.extra["receipts"] = receipts
+        batcher = CursorBatcher(
+            ctx, lambda kind, res, origins: read.on_moved(ctx, kind, res, origins)
+        )
+        ctx.extra["cursors"] = batcher
+        batcher.start()
+        receipts.start()
         persister = Persister(ctx) if settings.run_persister else None
         if persister:
             await persister.start()
@@ -94,6 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await asyncio.sleep(0.05 if hub_conns else 0)
             for stop in app.state.stoppers:
                 await stop(ctx)
+            await batcher.stop()
+            await receipts.stop()
             if persister:
                 await persister.stop()
             await fanout.stop()
@@ -123,19 +135,34 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         errs = exc.errors()
         first = errs[0] if errs else {}
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        msg = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+        msg = (
+            f"{where}: {first.get('msg', 'invalid')}"
+            if where
+            else str(first.get("msg", "invalid request"))
+        )
         return JSONResponse({"error": {"code": "bad_request", "message": msg}}, status_code=422)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         if is_store_error(exc):
             return JSONResponse(
-                {"error": {"code": "unavailable", "message": "a store is unavailable, try again"}}, status_code=503
+                {"error": {"code": "unavailable", "message": "a store is unavailable, try again"}},
+                status_code=503,
             )
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return JSONResponse({"error": {"code": "internal", "message": "internal error"}}, status_code=500)
+        return JSONResponse(
+            {"error": {"code": "internal", "message": "internal error"}}, status_code=500
+        )
 
-    for r in (ops.router, accounts.router, friends.router, groups.router, conversations.router, ws.router):
+    for r in (
+        ops.router,
+        accounts.router,
+        friends.router,
+        friends.blocks_router,
+        groups.router,
+        conversations.router,
+        ws.router,
+    ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")

@@ -77,7 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if handles
             else "using the configured PostgreSQL and Redis"
         )
-        print(f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws); {data_note}", flush=True)
+        print(
+            f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws); {data_note}",
+            flush=True,
+        )
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
         config = uvicorn.Config(
             create_app(settings),
@@ -149,15 +152,29 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="im-server", description="WebSocket instant-messaging server")
+    parser = argparse.ArgumentParser(
+        prog="im-server", description="WebSocket instant-messaging server"
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="run the server (embedded PostgreSQL and Redis unless IM_*_URL are set)")
+    s = sub.add_parser(
+        "serve", help="run the server (embedded PostgreSQL and Redis unless IM_*_URL are set)"
+    )
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
-    s.add_argument("--data-dir", default=None, help="where embedded stores keep their data (default ./.im-data)")
-    s.add_argument("--no-persister", action="store_true", help="run the persister elsewhere (im-server persister)")
+    s.add_argument(
+        "--data-dir",
+        default=None,
+        help="where embedded stores keep their data (default ./.im-data)",
+    )
+    s.add_argument(
+        "--no-persister",
+        action="store_true",
+        help="run the persister elsewhere (im-server persister)",
+    )
     s.set_defaults(fn=cmd_serve)
-    p = sub.add_parser("persister", help="run only the persister (needs IM_DATABASE_URL and IM_REDIS_URL)")
+    p = sub.add_parser(
+        "persister", help="run only the persister (needs IM_DATABASE_URL and IM_REDIS_URL)"
+    )
     p.set_defaults(fn=cmd_persister)
     m = sub.add_parser("migrate", help="apply database migrations (needs IM_DATABASE_URL)")
     m.set_defaults(fn=cmd_migrate)

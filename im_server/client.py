@@ -456,7 +456,12 @@ class Client:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         resp = await self.http.request(
-            method, self.base_url + path, content=content, params=query, headers=headers, **extra
+            method,
+            self.base_url + path,
+            content=content,
+            params=query or None,
+            headers=headers,
+            **extra,
         )
         if resp.status_code >= 300:
             raise ApiError.from_response(resp.status_code, resp.content)

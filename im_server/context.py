@@ -20,13 +20,17 @@ from im_server.storage.redis.store import RedisStore
 class EventSink(Protocol):
     """Delivers a server frame (already JSON text) to every live device of some users."""
 
-    def push(self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None) -> None: ...
+    def push(
+        self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None
+    ) -> None: ...
 
     def invalidate(self, kind: str, key: str) -> None: ...
 
 
 class NullSink:
-    def push(self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None) -> None:
+    def push(
+        self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None
+    ) -> None:
         return None
 
     def invalidate(self, kind: str, key: str) -> None:

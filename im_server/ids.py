@@ -41,16 +41,16 @@ def parse_conv_id(conv_id: object) -> ConvRef:
     """Parse and validate; any other shape is a ``bad_request``."""
     if not isinstance(conv_id, str) or len(conv_id) > 45:
         raise bad_request("conv_id must be 's:<a>:<b>' with a < b or 'g:<group_id>'")
-    m = _SINGLE.match(conv_id)
+    m = _SINGLE.fullmatch(conv_id)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
         if a < b <= MAX_ID:
             return ConvRef(conv_id, "single", a=a, b=b)
-    m = _GROUP.match(conv_id)
+    m = _GROUP.fullmatch(conv_id)
     if m and int(m.group(1)) <= MAX_ID:
         return ConvRef(conv_id, "group", group_id=int(m.group(1)))
     raise bad_request("conv_id must be 's:<a>:<b>' with a < b or 'g:<group_id>'")
 
 
 def valid_client_msg_id(value: object) -> bool:
-    return isinstance(value, str) and _CMID.match(value) is not None
+    return isinstance(value, str) and _CMID.fullmatch(value) is not None

@@ -11,15 +11,22 @@ SEND_LATENCY = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 PUSHES = Counter("im_pushes_total", "Frames queued to live connections")
-DROPPED_SLOW = Counter("im_dropped_slow_consumers_total", "Connections closed because their send queue was full")
+DROPPED_SLOW = Counter(
+    "im_dropped_slow_consumers_total", "Connections closed because their send queue was full"
+)
 CONNECTIONS = Gauge("im_connections", "Open WebSocket connections in this process")
 PERMISSION_LOOKUP_FAILURES = Counter(
-    "im_permission_lookup_failures_total", "Friendship/block/membership lookups that failed (sends let through)"
+    "im_permission_lookup_failures_total",
+    "Friendship/block/membership lookups that failed (sends let through)",
 )
 STORE_ERRORS = Counter("im_store_errors_total", "Store calls that failed", ["store"])
-PERSISTED = Counter("im_persisted_messages_total", "Messages written to PostgreSQL by the persister")
+PERSISTED = Counter(
+    "im_persisted_messages_total", "Messages written to PostgreSQL by the persister"
+)
 PERSIST_BATCH = Histogram(
-    "im_persist_batch_size", "Messages per persister batch", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+    "im_persist_batch_size",
+    "Messages per persister batch",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
 )
 PERSIST_LAG = Histogram(
     "im_persist_lag_seconds",

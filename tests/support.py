@@ -21,7 +21,13 @@ from typing import Any
 import httpx
 
 from im_server.client import Client
-from im_server.runtime.embedded import EmbeddedPostgres, EmbeddedRedis, free_port, start_postgres, start_redis
+from im_server.runtime.embedded import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    free_port,
+    start_postgres,
+    start_redis,
+)
 from im_server.storage.db import run_migrations
 
 FAST_HASH_ENV = {"IM_ARGON2_TIME_COST": "1", "IM_ARGON2_MEMORY_KIB": "1024"}
@@ -78,12 +84,25 @@ class ServerProcess:
             self.port = free_port()
         env = {**os.environ, **FAST_HASH_ENV, **self.env}
         env.setdefault("IM_NODE_NAME", f"test-{self.port}")
-        args = [sys.executable, "-m", "im_server", "serve", "--port", str(self.port), *self.extra_args]
+        args = [
+            sys.executable,
+            "-m",
+            "im_server",
+            "serve",
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
         if self.data_dir is not None:
             args += ["--data-dir", str(self.data_dir)]
-        self.log_path = Path(env.get("IM_TEST_LOG_DIR", "/tmp")) / f"im-server-{self.port}-{uuid.uuid4().hex[:6]}.log"
+        self.log_path = (
+            Path(env.get("IM_TEST_LOG_DIR", "/tmp"))
+            / f"im-server-{self.port}-{uuid.uuid4().hex[:6]}.log"
+        )
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.wait_ready(timeout)
         return self
 

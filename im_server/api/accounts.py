@@ -23,7 +23,9 @@ async def login(body: NewSession, ctx: Ctx) -> dict[str, Any]:
     return await accounts.do_login(ctx, body.username, body.password, body.device_id)
 
 
-@router.delete("/sessions/current", status_code=204, summary="Revoke this token (its sockets close with 4401)")
+@router.delete(
+    "/sessions/current", status_code=204, summary="Revoke this token (its sockets close with 4401)"
+)
 async def logout(caller: CurrentUser, ctx: Ctx) -> Response:
     await accounts.do_logout(ctx, caller.token)
     return Response(status_code=204)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
-from im_server.api.schemas import SendBody
+from im_server.api.schemas import ReadBody, SendBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
-from im_server.services import conversations, history, send
+from im_server.services import conversations, history, read, send
 
 router = APIRouter(prefix="/v1", tags=["conversations"], responses=ERRORS)
 
@@ -38,7 +38,9 @@ async def list_conversations(caller: CurrentUser, ctx: Ctx) -> list[dict[str, An
     summary="History by seq range, clamped to my window",
     description="Query: begin, end, limit (default 50, capped), order=asc|desc. Keeps the seqs nearest `end`.",
 )
-async def get_messages(conv_id: str, request: Request, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+async def get_messages(
+    conv_id: str, request: Request, caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
     ref = parse_conv_id(conv_id)
     begin = _int_param(request, "begin")
     end = _int_param(request, "end")
@@ -53,8 +55,13 @@ async def get_messages(conv_id: str, request: Request, caller: CurrentUser, ctx:
     return await history.get_history(ctx, caller.user_id, ref, begin, end, limit, order)
 
 
-@router.post("/conversations/{conv_id}/messages", summary="Send a message (the same pipeline and ack as the WebSocket)")
-async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+@router.post(
+    "/conversations/{conv_id}/messages",
+    summary="Send a message (the same pipeline and ack as the WebSocket)",
+)
+async def post_message(
+    conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
     data = {
         "conv_id": conv_id,
         "client_msg_id": body.client_msg_id,
@@ -63,6 +70,64 @@ async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: C
     }
     ref, cmid, ctype, content_json = send.check_send(ctx, caller.user_id, data)
     return await send.do_send(ctx, caller.user_id, ref, cmid, ctype, content_json)
+
+
+@router.post(
+    "/conversations/{conv_id}/read",
+    summary="Report read up to seq: the cursor only moves forward; answers once durable",
+)
+async def post_read(conv_id: str, body: ReadBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    ref, seq = read.check_cursor(conv_id, body.seq)
+    res = await read.do_cursor(ctx, "read", caller.user_id, ref, seq)
+    return {"conv_id": ref.conv_id, "read_seq": res.value}
+
+
+@router.get(
+    "/conversations/{conv_id}/messages/{seq}/receipts",
+    summary="Who read a message (from the members' cursors), by group size tier",
+)
+async def get_receipts(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    ref = parse_conv_id(conv_id)
+    try:
+        n = int(seq, 10)
+    except ValueError:
+        raise bad_request("seq must be an integer") from None
+    if n < 1:
+        raise bad_request("seq must be positive")
+    return await read.receipts(ctx, caller.user_id, ref, n)
+
+
+@router.post(
+    "/conversations/{conv_id}/clear",
+    summary="Clear my side: my window starts after the current end",
+)
+async def clear(conv_id: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await conversations.do_clear(ctx, caller.user_id, parse_conv_id(conv_id))
+
+
+@router.delete(
+    "/conversations/{conv_id}",
+    status_code=204,
+    summary="Hide from my list until a new message arrives",
+)
+async def hide(conv_id: str, caller: CurrentUser, ctx: Ctx) -> Response:
+    await conversations.do_hide(ctx, caller.user_id, parse_conv_id(conv_id))
+    return Response(status_code=204)
+
+
+@router.post(
+    "/conversations/{conv_id}/messages/{seq}/recall",
+    summary="Recall my message (within the recall window): a recall notice, the original blanked",
+)
+async def recall(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    ref = parse_conv_id(conv_id)
+    try:
+        n = int(seq, 10)
+    except ValueError:
+        raise bad_request("seq must be an integer") from None
+    if n < 1:
+        raise bad_request("seq must be positive")
+    return await history.do_recall(ctx, caller.user_id, ref, n)
 
 
 @router.get("/unread", summary="Unread counts of every conversation, from one SQL statement")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -35,7 +35,7 @@ async def get_caller(request: Request, ctx: Annotated[Context, Depends(get_ctx)]
 Ctx = Annotated[Context, Depends(get_ctx)]
 CurrentUser = Annotated[Caller, Depends(get_caller)]
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "bad_request"},
     401: {"description": "unauthorized"},
     403: {"description": "forbidden / not_member / not_friends / blocked"},

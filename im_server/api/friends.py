@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.schemas import FriendRequestBody
@@ -13,7 +13,11 @@ from im_server.services import contacts
 router = APIRouter(prefix="/v1/friends", tags=["friends"], responses=ERRORS)
 
 
-@router.post("/requests", status_code=201, summary="Ask someone to be friends (accepts their pending request to you)")
+@router.post(
+    "/requests",
+    status_code=201,
+    summary="Ask someone to be friends (accepts their pending request to you)",
+)
 async def request_friend(body: FriendRequestBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await contacts.do_request_friend(ctx, caller.user_id, body.to_user_id, body.note)
 
@@ -31,3 +35,35 @@ async def accept(request_id: int, caller: CurrentUser, ctx: Ctx) -> dict[str, An
 @router.get("", summary="My friends, without those I removed")
 async def list_friends(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await contacts.friends(ctx, caller.user_id)
+
+
+@router.delete(
+    "/{user_id}",
+    status_code=204,
+    summary="Remove a friend (one-sided: clears the chat on my side only)",
+)
+async def remove_friend(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+    await contacts.do_remove_friend(ctx, caller.user_id, user_id)
+    return Response(status_code=204)
+
+
+blocks_router = APIRouter(prefix="/v1/blocks", tags=["friends"], responses=ERRORS)
+
+
+@blocks_router.put(
+    "/{user_id}", status_code=204, summary="Block a user: they can no longer send to me"
+)
+async def block(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+    await contacts.do_block(ctx, caller.user_id, user_id, True)
+    return Response(status_code=204)
+
+
+@blocks_router.delete("/{user_id}", status_code=204, summary="Unblock a user")
+async def unblock(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+    await contacts.do_block(ctx, caller.user_id, user_id, False)
+    return Response(status_code=204)
+
+
+@blocks_router.get("", summary="The users I blocked")
+async def list_blocks(caller: CurrentUser, ctx: Ctx) -> list[int]:
+    return await contacts.blocks(ctx, caller.user_id)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
-from im_server.api.schemas import NewGroup
+from im_server.api.schemas import AddMembers, NewGroup, RoleBody
 from im_server.services import groups
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=ERRORS)
@@ -21,3 +21,37 @@ async def create_group(body: NewGroup, caller: CurrentUser, ctx: Ctx) -> dict[st
 @router.get("/{group_id}/members", summary="The group's current members and roles")
 async def members(group_id: int, caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await groups.list_members(ctx, caller.user_id, group_id)
+
+
+@router.post("/{group_id}/members", summary="Add members, with or without history (owner/admins)")
+async def add_members(
+    group_id: int, body: AddMembers, caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
+    return await groups.do_add_members(
+        ctx, caller.user_id, group_id, body.user_ids, body.with_history
+    )
+
+
+@router.delete(
+    "/{group_id}/members/{user_id}", status_code=204, summary="Kick a member (owner/admins)"
+)
+async def kick(group_id: int, user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+    await groups.do_kick(ctx, caller.user_id, group_id, user_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{group_id}/leave", status_code=204, summary="Leave the group (an owner hands over first)"
+)
+async def leave(group_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+    await groups.do_leave(ctx, caller.user_id, group_id)
+    return Response(status_code=204)
+
+
+@router.put(
+    "/{group_id}/members/{user_id}/role", summary="Make a member admin or member again (owner only)"
+)
+async def set_role(
+    group_id: int, user_id: int, body: RoleBody, caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
+    return await groups.do_set_role(ctx, caller.user_id, group_id, user_id, body.role)

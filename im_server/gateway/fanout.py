@@ -41,7 +41,9 @@ class Fanout:
 
     # ---- EventSink ---------------------------------------------------------------------
 
-    def push(self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None) -> None:
+    def push(
+        self, user_ids: list[int] | tuple[int, ...], text: str, exclude_conn: int | None = None
+    ) -> None:
         self.hub.deliver(user_ids, text, exclude_conn)
         if self.others:
             payload = self.node + "\n" + text
@@ -49,7 +51,9 @@ class Fanout:
             self._wake.set()
 
     def invalidate(self, kind: str, key: str) -> None:
-        self._outbox.append((keys.CONTROL, orjson.dumps({"o": self.node, "k": kind, "v": key}).decode()))
+        self._outbox.append(
+            (keys.CONTROL, orjson.dumps({"o": self.node, "k": kind, "v": key}).decode())
+        )
         self._wake.set()
         self._apply_control(kind, key)
 

@@ -19,7 +19,17 @@ CLOSE_SLOW = 1013  # try again later: the client fell too far behind
 
 
 class Conn:
-    __slots__ = ("id", "user_id", "device_id", "token_hash", "queue", "_send", "_close", "closing", "tasks")
+    __slots__ = (
+        "id",
+        "user_id",
+        "device_id",
+        "token_hash",
+        "queue",
+        "_send",
+        "_close",
+        "closing",
+        "tasks",
+    )
 
     def __init__(
         self,

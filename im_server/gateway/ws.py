@@ -15,8 +15,9 @@ from im_server.context import Context
 from im_server.errors import ImError
 from im_server.gateway.fanout import CLOSE_UNAUTHORIZED, Fanout
 from im_server.gateway.hub import Conn, Hub
+from im_server.ids import parse_conv_id
 from im_server.protocol import frames
-from im_server.services import accounts, send
+from im_server.services import accounts, read, send
 
 log = logging.getLogger("im_server.ws")
 router = APIRouter()
@@ -32,10 +33,27 @@ class Gateway:
         self.ctx = ctx
         self.hub = hub
         self.fanout = fanout
-        self.handlers: dict[str, Any] = {"send": self.on_send, "ping": self.on_ping}
+        self.handlers: dict[str, Any] = {
+            "send": self.on_send,
+            "ping": self.on_ping,
+            "read": self.on_read,
+            "delivered": self.on_delivered,
+            "typing": self.on_typing,
+        }
 
     def on_ping(self, conn: Conn, frame: dict[str, Any]) -> None:
         conn.push(frames.PONG)
+
+    async def on_read(self, conn: Conn, frame: dict[str, Any]) -> None:
+        ref, seq = read.check_cursor(frame.get("conv_id"), frame.get("seq"))
+        await read.do_cursor(self.ctx, "read", conn.user_id, ref, seq, conn.id)
+
+    async def on_delivered(self, conn: Conn, frame: dict[str, Any]) -> None:
+        ref, seq = read.check_cursor(frame.get("conv_id"), frame.get("seq"))
+        await read.do_cursor(self.ctx, "delivered", conn.user_id, ref, seq, conn.id)
+
+    async def on_typing(self, conn: Conn, frame: dict[str, Any]) -> None:
+        await read.do_typing(self.ctx, conn.user_id, parse_conv_id(frame.get("conv_id")))
 
     def on_send(self, conn: Conn, frame: dict[str, Any]) -> None:
         cmid = frame.get("client_msg_id")
@@ -45,19 +63,25 @@ class Gateway:
             metrics.SENDS.labels(e.code).inc()
             conn.push(frames.refused_ack(cmid, e))
             return
-        task = asyncio.get_running_loop().create_task(self._send(conn, ref, cmid_s, ctype, content_json))
+        task = asyncio.get_running_loop().create_task(
+            self._send(conn, ref, cmid_s, ctype, content_json)
+        )
         conn.tasks.add(task)
         task.add_done_callback(conn.tasks.discard)
 
     async def _send(self, conn: Conn, ref: Any, cmid: str, ctype: str, content_json: str) -> None:
         try:
-            ack = await send.do_send(self.ctx, conn.user_id, ref, cmid, ctype, content_json, exclude_conn=conn.id)
+            ack = await send.do_send(
+                self.ctx, conn.user_id, ref, cmid, ctype, content_json, exclude_conn=conn.id
+            )
         except ImError as e:
             conn.push(frames.refused_ack(cmid, e))
             return
         except Exception as e:  # noqa: BLE001 - never lose the socket over one send
             log.exception("send failed")
-            conn.push(frames.refused_ack(cmid, ImError("unavailable", f"send failed: {type(e).__name__}")))
+            conn.push(
+                frames.refused_ack(cmid, ImError("unavailable", f"send failed: {type(e).__name__}"))
+            )
             return
         conn.push(frames.dumps(ack))
 
@@ -96,7 +120,9 @@ async def ws_endpoint(websocket: WebSocket) -> None:
     try:
         user_id, device_id = await accounts.authenticate(ctx, token)
     except ImError as e:
-        await websocket.close(CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013, e.message[:120])
+        await websocket.close(
+            CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013, e.message[:120]
+        )
         return
     if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user:
         await websocket.close(CLOSE_TOO_MANY, "too many connections for this user")

@@ -41,7 +41,13 @@ def error_frame(err: ImError) -> str:
 def refused_ack(client_msg_id: Any, err: ImError) -> str:
     cmid = client_msg_id if isinstance(client_msg_id, str) and len(client_msg_id) <= 128 else None
     return orjson.dumps(
-        {"type": "ack", "client_msg_id": cmid, "ok": False, "code": err.code, "message": err.message}
+        {
+            "type": "ack",
+            "client_msg_id": cmid,
+            "ok": False,
+            "code": err.code,
+            "message": err.message,
+        }
     ).decode()
 
 

@@ -34,8 +34,10 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
-def check_registration(username: object, password: object, display_name: object) -> tuple[str, str, str]:
-    if not isinstance(username, str) or not _USERNAME.match(username):
+def check_registration(
+    username: object, password: object, display_name: object
+) -> tuple[str, str, str]:
+    if not isinstance(username, str) or not _USERNAME.fullmatch(username):
         raise bad_request("username: 3-32 characters of letters, digits, '_', '.', '-'")
     if not isinstance(password, str) or not 8 <= len(password) <= 256:
         raise bad_request("password: 8-256 characters")
@@ -46,7 +48,9 @@ def check_registration(username: object, password: object, display_name: object)
     return username, password, display_name
 
 
-async def do_register(ctx: Context, username: object, password: object, display_name: object = None) -> dict[str, object]:
+async def do_register(
+    ctx: Context, username: object, password: object, display_name: object = None
+) -> dict[str, object]:
     name, pw, display = check_registration(username, password, display_name)
     hashed = await asyncio.to_thread(_ph(ctx).hash, pw)
     async with ctx.db.begin() as conn:
@@ -56,12 +60,19 @@ async def do_register(ctx: Context, username: object, password: object, display_
     return {"user_id": user_id, "username": name}
 
 
-async def do_login(ctx: Context, username: object, password: object, device_id: object = None) -> dict[str, object]:
-    if not isinstance(username, str) or not isinstance(password, str) or len(password) > 256 or len(username) > 64:
+async def do_login(
+    ctx: Context, username: object, password: object, device_id: object = None
+) -> dict[str, object]:
+    if (
+        not isinstance(username, str)
+        or not isinstance(password, str)
+        or len(password) > 256
+        or len(username) > 64
+    ):
         raise ImError("unauthorized", "bad username or password")
     if device_id is None:
         device_id = secrets.token_hex(8)
-    if not isinstance(device_id, str) or not _DEVICE.match(device_id):
+    if not isinstance(device_id, str) or not _DEVICE.fullmatch(device_id):
         raise bad_request("device_id: 1-64 characters of letters, digits, '_', '.', ':', '-'")
     async with ctx.db.connect() as conn:
         user = await store.user_by_name(conn, username)

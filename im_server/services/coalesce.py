@@ -36,7 +36,9 @@ class Coalescer(Generic[T, R]):
                 except BaseException as e:  # noqa: BLE001 - every waiter must hear of it
                     for _, fut in batch:
                         if not fut.done():
-                            fut.set_exception(e if isinstance(e, Exception) else RuntimeError(str(e)))
+                            fut.set_exception(
+                                e if isinstance(e, Exception) else RuntimeError(str(e))
+                            )
                     if not isinstance(e, Exception):
                         raise
                     continue

@@ -8,7 +8,7 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import MAX_ID, single_conv_id
-from im_server.services import permissions
+from im_server.services import permissions, seqs
 from im_server.storage import accounts, contacts, conversations
 from im_server.storage.db import next_version_txn
 
@@ -32,7 +32,9 @@ async def _accept_txn(conn: Any, req: contacts.FriendRequest) -> str:
     return conv_id
 
 
-async def do_request_friend(ctx: Context, me: int, to_user_id: object, note: object = None) -> dict[str, Any]:
+async def do_request_friend(
+    ctx: Context, me: int, to_user_id: object, note: object = None
+) -> dict[str, Any]:
     to = check_user_id(to_user_id, "to_user_id")
     if to == me:
         raise bad_request("you cannot befriend yourself")
@@ -79,4 +81,40 @@ async def requests(ctx: Context, me: int) -> dict[str, Any]:
 async def friends(ctx: Context, me: int) -> list[dict[str, Any]]:
     async with ctx.db.connect() as conn:
         rows = await contacts.friends_of(conn, me)
-    return [{"user_id": uid, "username": name, "conv_id": single_conv_id(me, uid)} for uid, name in rows]
+    return [
+        {"user_id": uid, "username": name, "conv_id": single_conv_id(me, uid)} for uid, name in rows
+    ]
+
+
+async def do_remove_friend(ctx: Context, me: int, peer: int) -> None:
+    """One-sided: hides the friend from my list and clears the chat on my side only."""
+    check_user_id(peer)
+    conv_id = single_conv_id(me, peer)
+    end = await seqs.current_end(ctx, conv_id)
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        if not await contacts.set_removed(conn, me, peer):
+            raise not_found("not a friend")
+        await conversations.raise_min_seq(conn, conv_id, me, end + 1, version)
+        await conversations.hide(conn, conv_id, me, end, version)
+    await permissions.permissions_changed(ctx, [conv_id])
+
+
+async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
+    """One direction: if I block you, you cannot send to me; I still can send to you."""
+    check_user_id(peer)
+    if peer == me:
+        raise bad_request("you cannot block yourself")
+    async with ctx.db.begin() as conn:
+        if blocked:
+            if not await accounts.existing_user_ids(conn, [peer]):
+                raise not_found("no such user")
+            await contacts.add_block(conn, me, peer)
+        else:
+            await contacts.remove_block(conn, me, peer)
+    await permissions.permissions_changed(ctx, [single_conv_id(me, peer)])
+
+
+async def blocks(ctx: Context, me: int) -> list[int]:
+    async with ctx.db.connect() as conn:
+        return await contacts.blocks_of(conn, me)

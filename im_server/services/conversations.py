@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from im_server.context import Context
+from im_server.ids import ConvRef
+from im_server.services import seqs
+from im_server.services.history import load_member
 from im_server.storage import conversations
+from im_server.storage.db import next_version_txn
 
 
 async def list_states(ctx: Context, user_id: int) -> list[dict[str, Any]]:
@@ -16,4 +20,32 @@ async def list_states(ctx: Context, user_id: int) -> list[dict[str, Any]]:
 async def unread(ctx: Context, user_id: int) -> dict[str, Any]:
     async with ctx.db.connect() as conn:
         counts = await conversations.unread_counts(conn, user_id)
-    return {"total": sum(n for _, n in counts), "conversations": [{"conv_id": c, "unread": n} for c, n in counts]}
+    return {
+        "total": sum(n for _, n in counts),
+        "conversations": [{"conv_id": c, "unread": n} for c, n in counts],
+    }
+
+
+async def _my_row(ctx: Context, user_id: int, ref: ConvRef) -> None:
+    async with ctx.db.connect() as conn:
+        await load_member(conn, ref, user_id)
+
+
+async def do_clear(ctx: Context, user_id: int, ref: ConvRef) -> dict[str, Any]:
+    """Clear my side: my window starts after the current end. One write, whatever the
+    number of messages; the other members keep everything."""
+    await _my_row(ctx, user_id, ref)
+    end = await seqs.current_end(ctx, ref.conv_id)
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        await conversations.raise_min_seq(conn, ref.conv_id, user_id, end + 1, version)
+    return {"conv_id": ref.conv_id, "min_seq": end + 1}
+
+
+async def do_hide(ctx: Context, user_id: int, ref: ConvRef) -> None:
+    """Hide from my list until a message after the current end arrives."""
+    await _my_row(ctx, user_id, ref)
+    end = await seqs.current_end(ctx, ref.conv_id)
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        await conversations.hide(conn, ref.conv_id, user_id, end, version)

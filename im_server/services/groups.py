@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from im_server.context import Context
-from im_server.errors import bad_request, not_found
-from im_server.ids import group_conv_id
-from im_server.services import permissions
+from im_server.errors import ImError, bad_request, not_found
+from im_server.ids import group_conv_id, parse_conv_id
+from im_server.services import permissions, send, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, conversations, groups
-from im_server.storage.conversations import ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
+from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
 from im_server.storage.db import next_version_txn
 
 MAX_MEMBERS_PER_CALL = 5000
@@ -24,7 +24,9 @@ def check_user_ids(value: object) -> list[int]:
     return sorted({check_user_id(v) for v in value})
 
 
-async def do_create_group(ctx: Context, owner: int, name: object, member_ids: object) -> dict[str, Any]:
+async def do_create_group(
+    ctx: Context, owner: int, name: object, member_ids: object
+) -> dict[str, Any]:
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 64:
         raise bad_request("name: 1-64 characters")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
@@ -48,11 +50,140 @@ async def list_members(ctx: Context, me: int, group_id: int) -> list[dict[str, A
     conv_id = group_conv_id(group_id)
     async with ctx.db.connect() as conn:
         mine = await conversations.member(conn, conv_id, me)
-        if mine is None:
+        if mine is None or not mine.active:
             if not await groups.group_exists(conn, group_id):
                 raise not_found("no such group")
-            from im_server.errors import ImError
-
             raise ImError("not_member", "you are not a member of this group")
         rows = await conversations.members(conn, conv_id)
     return [{"user_id": m.user_id, "role": ROLE_NAMES[m.role]} for m in rows]
+
+
+async def _require_admin(
+    conn: Any, conv_id: str, actor: int, group_id: int
+) -> conversations.MemberRow:
+    me = await conversations.member(conn, conv_id, actor)
+    if me is None or not me.active:
+        if not await groups.group_exists(conn, group_id):
+            raise not_found("no such group")
+        raise ImError("not_member", "you are not a member of this group")
+    if me.role < ROLE_ADMIN:
+        raise ImError("forbidden", "only the owner and admins can do this")
+    return me
+
+
+async def do_add_members(
+    ctx: Context, actor: int, group_id: int, user_ids: object, with_history: object = False
+) -> dict[str, Any]:
+    """Add (or re-add) members. New members see everything (with_history) or start after
+    the current end; a re-join always starts after the current end, its read cursor at
+    the end. Every added member's read cursor starts at the current end: old messages
+    are history, not news."""
+    if not isinstance(with_history, bool):
+        raise bad_request("with_history must be true or false")
+    ids = check_user_ids(user_ids)
+    if not ids:
+        raise bad_request("user_ids must not be empty")
+    ref = parse_conv_id(group_conv_id(group_id))
+    end = await seqs.current_end(ctx, ref.conv_id)
+    added: list[int] = []
+    rejoined: list[int] = []
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        await _require_admin(conn, ref.conv_id, actor, group_id)
+        known = await accounts.existing_user_ids(conn, ids)
+        missing = sorted(set(ids) - known)
+        if missing:
+            raise not_found(f"no such users: {missing[:10]}")
+        for uid in ids:
+            m = await conversations.member(conn, ref.conv_id, uid)
+            if m is not None and m.active:
+                continue
+            (rejoined if m is not None else added).append(uid)
+        if added:
+            await conversations.upsert_members(
+                conn, ref.conv_id, added, ROLE_MEMBER, 1 if with_history else end + 1, end, version
+            )
+        if rejoined:
+            await conversations.upsert_members(
+                conn, ref.conv_id, rejoined, ROLE_MEMBER, end + 1, end, version
+            )
+    if added or rejoined:
+        await permissions.permissions_changed(ctx, [ref.conv_id])
+        await send.send_system(
+            ctx,
+            actor,
+            ref,
+            "system",
+            {
+                "event": "members_added",
+                "actor": actor,
+                "user_ids": added + rejoined,
+                "with_history": with_history,
+            },
+        )
+    return {"group_id": group_id, "added": sorted(added + rejoined)}
+
+
+async def _close(ctx: Context, actor: int, group_id: int, target: int, event: str) -> None:
+    ref = parse_conv_id(group_conv_id(group_id))
+    end = await seqs.current_end(ctx, ref.conv_id)
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        if event == "member_kicked":
+            me = await _require_admin(conn, ref.conv_id, actor, group_id)
+            if target == actor:
+                raise bad_request("use /leave to leave a group")
+            victim = await conversations.member(conn, ref.conv_id, target)
+            if victim is None or not victim.active:
+                raise not_found("that user is not a member")
+            if victim.role >= me.role:
+                raise ImError("forbidden", "you can only remove members of a lower role")
+        else:
+            me_row = await conversations.member(conn, ref.conv_id, actor)
+            if me_row is None or not me_row.active:
+                if not await groups.group_exists(conn, group_id):
+                    raise not_found("no such group")
+                raise ImError("not_member", "you are not a member of this group")
+            if me_row.role == ROLE_OWNER:
+                await _hand_over(conn, ref.conv_id, actor, version)
+        await conversations.close_window(conn, ref.conv_id, target, end, version)
+    await permissions.permissions_changed(ctx, [ref.conv_id])
+    await send.send_system(
+        ctx, actor, ref, "system", {"event": event, "actor": actor, "user_ids": [target]}
+    )
+
+
+async def _hand_over(conn: Any, conv_id: str, owner: int, version: int) -> None:
+    """The owner leaves: the senior admin (else the senior member) becomes owner."""
+    rest = [m for m in await conversations.members(conn, conv_id) if m.user_id != owner]
+    if rest:
+        heir = max(rest, key=lambda m: (m.role, -m.user_id))
+        await conversations.set_role(conn, conv_id, heir.user_id, ROLE_OWNER, version)
+
+
+async def do_kick(ctx: Context, actor: int, group_id: int, user_id: int) -> None:
+    await _close(ctx, actor, group_id, user_id, "member_kicked")
+
+
+async def do_leave(ctx: Context, user_id: int, group_id: int) -> None:
+    await _close(ctx, user_id, group_id, user_id, "member_left")
+
+
+async def do_set_role(
+    ctx: Context, actor: int, group_id: int, user_id: int, role: object
+) -> dict[str, Any]:
+    if role not in ("admin", "member"):
+        raise bad_request("role must be 'admin' or 'member'")
+    ref = parse_conv_id(group_conv_id(group_id))
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        me = await _require_admin(conn, ref.conv_id, actor, group_id)
+        if me.role != ROLE_OWNER:
+            raise ImError("forbidden", "only the owner can change roles")
+        target = await conversations.member(conn, ref.conv_id, user_id)
+        if target is None or not target.active or user_id == actor:
+            raise not_found("that user is not a member")
+        await conversations.set_role(
+            conn, ref.conv_id, user_id, ROLE_ADMIN if role == "admin" else ROLE_MEMBER, version
+        )
+    return {"user_id": user_id, "role": role}

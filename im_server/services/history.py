@@ -29,7 +29,9 @@ def window(conv: ConvRow, m: MemberRow) -> Window:
     return Window(lo, max(hi, lo - 1))
 
 
-def plan(win: Window, begin: int | None, end: int | None, limit: int, descending: bool) -> tuple[int, int, bool]:
+def plan(
+    win: Window, begin: int | None, end: int | None, limit: int, descending: bool
+) -> tuple[int, int, bool]:
     """Pure: the seq range to fetch (b > e means nothing) and is_end."""
     req_begin = win.lo if begin is None else begin
     req_end = win.hi if end is None else end
@@ -56,7 +58,13 @@ async def load_member(conn: Any, ref: ConvRef, user_id: int) -> tuple[ConvRow, M
 
 
 async def get_history(
-    ctx: Context, user_id: int, ref: ConvRef, begin: int | None, end: int | None, limit: int, order: str
+    ctx: Context,
+    user_id: int,
+    ref: ConvRef,
+    begin: int | None,
+    end: int | None,
+    limit: int,
+    order: str,
 ) -> dict[str, Any]:
     descending = order == "desc"
     async with ctx.db.connect() as conn:
@@ -65,3 +73,37 @@ async def get_history(
         b, e, is_end = plan(win, begin, end, limit, descending)
         msgs = await messages.message_range(conn, ref.conv_id, b, e, descending) if b <= e else []
     return {"messages": msgs, "min_seq": win.lo, "max_seq": win.hi, "is_end": is_end}
+
+
+async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[str, Any]:
+    """The sender, within the recall window, replaces a message by a ``recall`` notice:
+    the notice goes through the send pipeline (pushed to everyone, stored with its own
+    seq) and the persister blanks the original (content gone, seq kept)."""
+    import asyncio
+    import time
+
+    from im_server.services import send
+
+    msg = None
+    for _ in range(40):  # a message recalled right after its ack may not be stored yet
+        async with ctx.db.connect() as conn:
+            conv, m = await load_member(conn, ref, user_id)
+            win = window(conv, m)
+            msg = await messages.message_at(conn, ref.conv_id, seq) if win.lo <= seq else None
+        if msg is not None or seq > win.hi + ctx.settings.seq_block_size:
+            break
+        await asyncio.sleep(0.05)
+    if msg is None or msg["content_type"] in ("system", "recall"):
+        raise not_found("no such message")
+    if msg["sender_id"] != user_id:
+        raise ImError("forbidden", "only the sender can recall a message")
+    if ref.kind == "group" and not m.active:
+        raise ImError("not_member", "you are no longer a member of this group")
+    if msg["recalled"]:
+        raise ImError("conflict", "already recalled")
+    if time.time() * 1000 - msg["server_time"] > ctx.settings.recall_window_seconds * 1000:
+        raise ImError(
+            "forbidden", f"messages can be recalled for {ctx.settings.recall_window_seconds} s"
+        )
+    ack = await send.send_system(ctx, user_id, ref, "recall", {"seq": seq})
+    return {"conv_id": ref.conv_id, "seq": seq, "recall_seq": ack["seq"]}

@@ -4,7 +4,6 @@ the ack, then the fan-out (off the sender's path). The persister writes PostgreS
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -37,8 +36,10 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
     if not valid_client_msg_id(cmid):
         raise bad_request("client_msg_id: 1-64 characters of [A-Za-z0-9_-]")
     ctype = body.get("content_type", "text")
-    if not isinstance(ctype, str) or not _CONTENT_TYPE.match(ctype) or ctype in SERVER_TYPES:
-        raise bad_request("content_type: lowercase word like 'text' ('system' and 'recall' are the server's)")
+    if not isinstance(ctype, str) or not _CONTENT_TYPE.fullmatch(ctype) or ctype in SERVER_TYPES:
+        raise bad_request(
+            "content_type: lowercase word like 'text' ('system' and 'recall' are the server's)"
+        )
     content = body.get("content")
     if not isinstance(content, dict):
         raise bad_request("content must be a JSON object")
@@ -51,7 +52,10 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
     except (TypeError, orjson.JSONEncodeError) as e:
         raise bad_request(f"content cannot be encoded: {e}") from e
     if len(encoded) > ctx.settings.max_content_bytes:
-        raise ImError("too_large", f"content is {len(encoded)} bytes, the limit is {ctx.settings.max_content_bytes}")
+        raise ImError(
+            "too_large",
+            f"content is {len(encoded)} bytes, the limit is {ctx.settings.max_content_bytes}",
+        )
     if ref.kind == "single" and not ref.has_user(sender_id):
         raise ImError("not_member", "this single chat is not yours")
     return ref, str(cmid), ctype, encoded.decode()
@@ -72,7 +76,7 @@ def ack(conv_id: str, cmid: str, seq: int, server_time: int, duplicate: bool) ->
 async def _run_script(ctx: Context, args: SendArgs) -> list[Any]:
     try:
         res = await ctx.send_batcher.submit(args)
-    except (RedisError, OSError, asyncio.TimeoutError) as e:
+    except (TimeoutError, RedisError, OSError) as e:
         metrics.STORE_ERRORS.labels("redis").inc()
         raise unavailable("the message queue is unavailable, try again") from e
     if isinstance(res, Exception):
@@ -141,7 +145,7 @@ async def do_send(
                 raise RuntimeError(f"unexpected send script answer {r!r}")
         except ImError:
             raise
-        except (RedisError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, RedisError, OSError) as e:
             metrics.STORE_ERRORS.labels("redis").inc()
             raise unavailable("the message queue is unavailable, try again") from e
         except Exception as e:  # PostgreSQL down while refilling seqs or rechecking dedupe
@@ -170,7 +174,9 @@ def dedupe_checker(ctx: Context) -> Coalescer[tuple[int, str], tuple[str, int, i
     return Coalescer(run, 500)
 
 
-def message_frame(conv_id: str, seq: int, sender_id: int, cmid: str, ctype: str, content_json: str, ts: int) -> str:
+def message_frame(
+    conv_id: str, seq: int, sender_id: int, cmid: str, ctype: str, content_json: str, ts: int
+) -> str:
     """The ``message`` frame as text, built once per message and sent to every device.
     The content is already JSON, so it is spliced in rather than parsed and re-encoded."""
     head = orjson.dumps(
@@ -211,8 +217,16 @@ async def fan_out(
     ctx.events.push(users, frame, exclude_conn)
 
 
-async def send_system(ctx: Context, actor_id: int, ref: ConvRef, ctype: str, content: dict[str, Any]) -> dict[str, Any]:
+async def send_system(
+    ctx: Context, actor_id: int, ref: ConvRef, ctype: str, content: dict[str, Any]
+) -> dict[str, Any]:
     """A server-made message (membership change, recall notice) through the same pipeline."""
     return await do_send(
-        ctx, actor_id, ref, f"{ctype}-{uuid.uuid4().hex}", ctype, orjson.dumps(content).decode(), skip_perm=True
+        ctx,
+        actor_id,
+        ref,
+        f"{ctype}-{uuid.uuid4().hex}",
+        ctype,
+        orjson.dumps(content).decode(),
+        skip_perm=True,
     )

@@ -19,7 +19,9 @@ class UserRow:
     password_hash: str
 
 
-async def create_user(conn: AsyncConnection, username: str, display_name: str, password_hash: str) -> int | None:
+async def create_user(
+    conn: AsyncConnection, username: str, display_name: str, password_hash: str
+) -> int | None:
     """Insert a user; None when the username is taken."""
     try:
         async with conn.begin_nested():
@@ -37,7 +39,9 @@ async def create_user(conn: AsyncConnection, username: str, display_name: str, p
 
 async def user_by_name(conn: AsyncConnection, username: str) -> UserRow | None:
     r = await conn.execute(
-        text("SELECT user_id, username, display_name, password_hash FROM users WHERE username = :u"),
+        text(
+            "SELECT user_id, username, display_name, password_hash FROM users WHERE username = :u"
+        ),
         {"u": username},
     )
     row = r.first()
@@ -54,25 +58,35 @@ async def user_by_id(conn: AsyncConnection, user_id: int) -> UserRow | None:
 
 
 async def existing_user_ids(conn: AsyncConnection, user_ids: list[int]) -> set[int]:
-    r = await conn.execute(text("SELECT user_id FROM users WHERE user_id = ANY(:ids)"), {"ids": user_ids})
+    r = await conn.execute(
+        text("SELECT user_id FROM users WHERE user_id = ANY(:ids)"), {"ids": user_ids}
+    )
     return {int(x) for x in r.scalars()}
 
 
 async def usernames(conn: AsyncConnection, user_ids: list[int]) -> dict[int, str]:
-    r = await conn.execute(text("SELECT user_id, username FROM users WHERE user_id = ANY(:ids)"), {"ids": user_ids})
+    r = await conn.execute(
+        text("SELECT user_id, username FROM users WHERE user_id = ANY(:ids)"), {"ids": user_ids}
+    )
     return {int(a): str(b) for a, b in r}
 
 
-async def create_session(conn: AsyncConnection, token_hash: bytes, user_id: int, device_id: str) -> None:
+async def create_session(
+    conn: AsyncConnection, token_hash: bytes, user_id: int, device_id: str
+) -> None:
     await conn.execute(
-        text("INSERT INTO sessions (token_hash, user_id, device_id, created_at) VALUES (:h, :u, :d, :t)"),
+        text(
+            "INSERT INTO sessions (token_hash, user_id, device_id, created_at) VALUES (:h, :u, :d, :t)"
+        ),
         {"h": token_hash, "u": user_id, "d": device_id, "t": now_ms()},
     )
 
 
 async def session_by_hash(conn: AsyncConnection, token_hash: bytes) -> tuple[int, str] | None:
     r = await conn.execute(
-        text("SELECT user_id, device_id FROM sessions WHERE token_hash = :h AND revoked_at IS NULL"),
+        text(
+            "SELECT user_id, device_id FROM sessions WHERE token_hash = :h AND revoked_at IS NULL"
+        ),
         {"h": token_hash},
     )
     row = r.first()

@@ -35,14 +35,18 @@ _REQ_COLS = "request_id, from_user_id, to_user_id, note, status, created_at"
 
 async def pending_request(conn: AsyncConnection, from_id: int, to_id: int) -> FriendRequest | None:
     r = await conn.execute(
-        text(f"SELECT {_REQ_COLS} FROM friend_requests WHERE from_user_id = :f AND to_user_id = :t AND status = 0"),
+        text(
+            f"SELECT {_REQ_COLS} FROM friend_requests WHERE from_user_id = :f AND to_user_id = :t AND status = 0"
+        ),
         {"f": from_id, "t": to_id},
     )
     row = r.first()
     return FriendRequest(*row) if row else None
 
 
-async def request_by_id(conn: AsyncConnection, request_id: int, *, for_update: bool = False) -> FriendRequest | None:
+async def request_by_id(
+    conn: AsyncConnection, request_id: int, *, for_update: bool = False
+) -> FriendRequest | None:
     sql = f"SELECT {_REQ_COLS} FROM friend_requests WHERE request_id = :r"
     if for_update:
         sql += " FOR UPDATE"
@@ -63,10 +67,14 @@ async def create_request(conn: AsyncConnection, from_id: int, to_id: int, note: 
 
 
 async def mark_accepted(conn: AsyncConnection, request_ids: list[int]) -> None:
-    await conn.execute(text("UPDATE friend_requests SET status = 1 WHERE request_id = ANY(:r)"), {"r": request_ids})
+    await conn.execute(
+        text("UPDATE friend_requests SET status = 1 WHERE request_id = ANY(:r)"), {"r": request_ids}
+    )
 
 
-async def pending_for(conn: AsyncConnection, user_id: int) -> tuple[list[FriendRequest], list[FriendRequest]]:
+async def pending_for(
+    conn: AsyncConnection, user_id: int
+) -> tuple[list[FriendRequest], list[FriendRequest]]:
     r = await conn.execute(
         text(
             f"SELECT {_REQ_COLS} FROM friend_requests WHERE status = 0 AND (to_user_id = :u OR from_user_id = :u) "
@@ -74,7 +82,8 @@ async def pending_for(conn: AsyncConnection, user_id: int) -> tuple[list[FriendR
         ),
         {"u": user_id},
     )
-    incoming, outgoing = [], []
+    incoming: list[FriendRequest] = []
+    outgoing: list[FriendRequest] = []
     for row in r:
         fr = FriendRequest(*row)
         (incoming if fr.to_user_id == user_id else outgoing).append(fr)
@@ -86,7 +95,9 @@ async def make_friends(conn: AsyncConnection, u1: int, u2: int) -> None:
     clear point, which lives in the conversation window)."""
     a, b = sorted((u1, u2))
     await conn.execute(
-        text("INSERT INTO friendships (user_a, user_b, created_at) VALUES (:a, :b, :t) ON CONFLICT DO NOTHING"),
+        text(
+            "INSERT INTO friendships (user_a, user_b, created_at) VALUES (:a, :b, :t) ON CONFLICT DO NOTHING"
+        ),
         {"a": a, "b": b, "t": now_ms()},
     )
     await conn.execute(
@@ -147,17 +158,24 @@ async def friends_of(conn: AsyncConnection, user_id: int) -> list[tuple[int, str
 
 async def add_block(conn: AsyncConnection, user_id: int, blocked_id: int) -> None:
     await conn.execute(
-        text("INSERT INTO blocks (user_id, blocked_id, created_at) VALUES (:u, :b, :t) ON CONFLICT DO NOTHING"),
+        text(
+            "INSERT INTO blocks (user_id, blocked_id, created_at) VALUES (:u, :b, :t) ON CONFLICT DO NOTHING"
+        ),
         {"u": user_id, "b": blocked_id, "t": now_ms()},
     )
 
 
 async def remove_block(conn: AsyncConnection, user_id: int, blocked_id: int) -> None:
-    await conn.execute(text("DELETE FROM blocks WHERE user_id = :u AND blocked_id = :b"), {"u": user_id, "b": blocked_id})
+    await conn.execute(
+        text("DELETE FROM blocks WHERE user_id = :u AND blocked_id = :b"),
+        {"u": user_id, "b": blocked_id},
+    )
 
 
 async def blocks_of(conn: AsyncConnection, user_id: int) -> list[int]:
-    r = await conn.execute(text("SELECT blocked_id FROM blocks WHERE user_id = :u ORDER BY blocked_id"), {"u": user_id})
+    r = await conn.execute(
+        text("SELECT blocked_id FROM blocks WHERE user_id = :u ORDER BY blocked_id"), {"u": user_id}
+    )
     return [int(x) for x in r.scalars()]
 
 

@@ -46,14 +46,18 @@ class MemberRow:
 async def conv_row(conn: AsyncConnection, conv_id: str) -> ConvRow | None:
     row = (
         await conn.execute(
-            text("SELECT conv_id, conv_type, group_id, min_seq, max_seq FROM conversations WHERE conv_id = :c"),
+            text(
+                "SELECT conv_id, conv_type, group_id, min_seq, max_seq FROM conversations WHERE conv_id = :c"
+            ),
             {"c": conv_id},
         )
     ).first()
     return ConvRow(*row) if row else None
 
 
-async def ensure_conversation(conn: AsyncConnection, conv_id: str, conv_type: int, group_id: int | None = None) -> None:
+async def ensure_conversation(
+    conn: AsyncConnection, conv_id: str, conv_type: int, group_id: int | None = None
+) -> None:
     await conn.execute(
         text(
             "INSERT INTO conversations (conv_id, conv_type, group_id, created_at) VALUES (:c, :t, :g, :n) "
@@ -63,7 +67,9 @@ async def ensure_conversation(conn: AsyncConnection, conv_id: str, conv_type: in
     )
 
 
-async def ensure_single_members(conn: AsyncConnection, conv_id: str, a: int, b: int, version: int) -> None:
+async def ensure_single_members(
+    conn: AsyncConnection, conv_id: str, a: int, b: int, version: int
+) -> None:
     """Both sides of a single chat; existing rows keep their window (a clear point survives
     removing and adding back) and become visible again."""
     await conn.execute(
@@ -76,7 +82,13 @@ async def ensure_single_members(conn: AsyncConnection, conv_id: str, a: int, b: 
 
 
 async def upsert_members(
-    conn: AsyncConnection, conv_id: str, user_ids: list[int], role: int, min_seq: int, read_seq: int | None, version: int
+    conn: AsyncConnection,
+    conv_id: str,
+    user_ids: list[int],
+    role: int,
+    min_seq: int,
+    read_seq: int | None,
+    version: int,
 ) -> None:
     """Join or re-join many at once: each window is replaced (open end, new start)."""
     await conn.execute(
@@ -89,7 +101,15 @@ async def upsert_members(
             "delivered_seq = GREATEST(conv_members.delivered_seq, EXCLUDED.delivered_seq), "
             "hidden_seq = NULL, version = EXCLUDED.version, joined_at = EXCLUDED.joined_at"
         ),
-        {"c": conv_id, "us": user_ids, "r": role, "mn": min_seq, "rs": read_seq, "v": version, "n": now_ms()},
+        {
+            "c": conv_id,
+            "us": user_ids,
+            "r": role,
+            "mn": min_seq,
+            "rs": read_seq,
+            "v": version,
+            "n": now_ms(),
+        },
     )
 
 
@@ -106,7 +126,9 @@ async def member(conn: AsyncConnection, conv_id: str, user_id: int) -> MemberRow
     return MemberRow(*row) if row else None
 
 
-async def members(conn: AsyncConnection, conv_id: str, *, active_only: bool = True) -> list[MemberRow]:
+async def members(
+    conn: AsyncConnection, conv_id: str, *, active_only: bool = True
+) -> list[MemberRow]:
     sql = (
         "SELECT conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, hidden_seq "
         "FROM conv_members WHERE conv_id = :c"
@@ -119,14 +141,22 @@ async def members(conn: AsyncConnection, conv_id: str, *, active_only: bool = Tr
 
 async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
     r = await conn.execute(
-        text("SELECT user_id FROM conv_members WHERE conv_id = :c AND max_seq IS NULL ORDER BY user_id"),
+        text(
+            "SELECT user_id FROM conv_members WHERE conv_id = :c AND max_seq IS NULL ORDER BY user_id"
+        ),
         {"c": conv_id},
     )
     return [int(x) for x in r.scalars()]
 
 
 async def upsert_member(
-    conn: AsyncConnection, conv_id: str, user_id: int, role: int, min_seq: int, read_seq: int | None, version: int
+    conn: AsyncConnection,
+    conv_id: str,
+    user_id: int,
+    role: int,
+    min_seq: int,
+    read_seq: int | None,
+    version: int,
 ) -> None:
     """Join or re-join: the window is replaced (open end, new start), the cursor set."""
     await conn.execute(
@@ -138,11 +168,21 @@ async def upsert_member(
             "delivered_seq = GREATEST(conv_members.delivered_seq, EXCLUDED.delivered_seq), "
             "hidden_seq = NULL, version = EXCLUDED.version, joined_at = EXCLUDED.joined_at"
         ),
-        {"c": conv_id, "u": user_id, "r": role, "mn": min_seq, "rs": read_seq, "v": version, "n": now_ms()},
+        {
+            "c": conv_id,
+            "u": user_id,
+            "r": role,
+            "mn": min_seq,
+            "rs": read_seq,
+            "v": version,
+            "n": now_ms(),
+        },
     )
 
 
-async def close_window(conn: AsyncConnection, conv_id: str, user_id: int, max_seq: int, version: int) -> bool:
+async def close_window(
+    conn: AsyncConnection, conv_id: str, user_id: int, max_seq: int, version: int
+) -> bool:
     r = await conn.execute(
         text(
             "UPDATE conv_members SET max_seq = :m, role = 0, version = :v "
@@ -153,14 +193,18 @@ async def close_window(conn: AsyncConnection, conv_id: str, user_id: int, max_se
     return (r.rowcount or 0) > 0
 
 
-async def set_role(conn: AsyncConnection, conv_id: str, user_id: int, role: int, version: int) -> None:
+async def set_role(
+    conn: AsyncConnection, conv_id: str, user_id: int, role: int, version: int
+) -> None:
     await conn.execute(
         text("UPDATE conv_members SET role = :r, version = :v WHERE conv_id = :c AND user_id = :u"),
         {"c": conv_id, "u": user_id, "r": role, "v": version},
     )
 
 
-async def raise_min_seq(conn: AsyncConnection, conv_id: str, user_id: int, min_seq: int, version: int) -> None:
+async def raise_min_seq(
+    conn: AsyncConnection, conv_id: str, user_id: int, min_seq: int, version: int
+) -> None:
     """Clear my side: the window starts at min_seq (never moves back)."""
     await conn.execute(
         text(
@@ -181,7 +225,9 @@ async def hide(conn: AsyncConnection, conv_id: str, user_id: int, upto: int, ver
     )
 
 
-async def reserve_seq_block(conn: AsyncConnection, conv_id: str, conv_type: int, size: int) -> tuple[int, int]:
+async def reserve_seq_block(
+    conn: AsyncConnection, conv_id: str, conv_type: int, size: int
+) -> tuple[int, int]:
     """Move the conversation's reserved high-water mark up by ``size``; returns (old, new).
     Seqs in (old, new] now belong to Redis, and no Redis will ever get them again."""
     r = await conn.execute(
@@ -198,7 +244,9 @@ async def reserve_seq_block(conn: AsyncConnection, conv_id: str, conv_type: int,
 
 async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
     """Highest persisted seq (used when Redis cannot say what it handed out)."""
-    r = await conn.execute(text("SELECT max_seq FROM conversations WHERE conv_id = :c"), {"c": conv_id})
+    r = await conn.execute(
+        text("SELECT max_seq FROM conversations WHERE conv_id = :c"), {"c": conv_id}
+    )
     v = r.scalar_one_or_none()
     return int(v or 0)
 
@@ -239,7 +287,11 @@ _UNREAD = (
 
 
 async def states(
-    conn: AsyncConnection, user_id: int, *, conv_ids: list[str] | None = None, include_hidden: bool = False
+    conn: AsyncConnection,
+    user_id: int,
+    *,
+    conv_ids: list[str] | None = None,
+    include_hidden: bool = False,
 ) -> list[dict[str, Any]]:
     """Conversation states of a user, each with its unread count and last visible message."""
     where = "m.user_id = :u"

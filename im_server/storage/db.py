@@ -70,7 +70,9 @@ async def next_version_txn(conn: AsyncConnection) -> int:
     """Take the next sync version. The row lock is held until the transaction commits, so
     versions become visible in order: no reader can see N while a writer of N-1 is open.
     Call it last in a transaction to keep the lock short."""
-    r = await conn.execute(text("UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version"))
+    r = await conn.execute(
+        text("UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version")
+    )
     return int(r.scalar_one())
 
 

@@ -10,7 +10,9 @@ from im_server.storage.db import now_ms
 
 async def create_group(conn: AsyncConnection, name: str, owner_id: int) -> int:
     r = await conn.execute(
-        text("INSERT INTO groups (name, owner_id, created_at) VALUES (:n, :o, :t) RETURNING group_id"),
+        text(
+            "INSERT INTO groups (name, owner_id, created_at) VALUES (:n, :o, :t) RETURNING group_id"
+        ),
         {"n": name, "o": owner_id, "t": now_ms()},
     )
     return int(r.scalar_one())

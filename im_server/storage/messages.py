@@ -73,10 +73,14 @@ async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) 
     )
 
 
-async def by_dedupe_key(conn: AsyncConnection, sender_id: int, client_msg_id: str) -> tuple[str, int, int] | None:
+async def by_dedupe_key(
+    conn: AsyncConnection, sender_id: int, client_msg_id: str
+) -> tuple[str, int, int] | None:
     row = (
         await conn.execute(
-            text("SELECT conv_id, seq, server_time FROM messages WHERE sender_id = :s AND client_msg_id = :m"),
+            text(
+                "SELECT conv_id, seq, server_time FROM messages WHERE sender_id = :s AND client_msg_id = :m"
+            ),
             {"s": sender_id, "m": client_msg_id},
         )
     ).first()
@@ -103,7 +107,9 @@ async def message_range(
 ) -> list[dict[str, Any]]:
     order = "DESC" if descending else "ASC"
     r = await conn.execute(
-        text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq BETWEEN :b AND :e ORDER BY seq {order}"),
+        text(
+            f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq BETWEEN :b AND :e ORDER BY seq {order}"
+        ),
         {"c": conv_id, "b": begin, "e": end},
     )
     return [message_dict(row) for row in r]
@@ -111,7 +117,10 @@ async def message_range(
 
 async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str, Any] | None:
     row = (
-        await conn.execute(text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq = :q"), {"c": conv_id, "q": seq})
+        await conn.execute(
+            text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq = :q"),
+            {"c": conv_id, "q": seq},
+        )
     ).first()
     return message_dict(row) if row else None
 

@@ -52,7 +52,7 @@ class Persister:
         if self._task is not None:
             try:
                 await asyncio.wait_for(self._task, timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
             except Exception:  # noqa: BLE001
                 log.exception("persister stopped with an error")
@@ -114,7 +114,10 @@ class Persister:
         for p in self.partitions:
             while True:
                 entries = await self.ctx.redis.autoclaim(
-                    p, self.consumer, self.ctx.settings.persister_claim_idle_ms, self.ctx.settings.persister_batch
+                    p,
+                    self.consumer,
+                    self.ctx.settings.persister_claim_idle_ms,
+                    self.ctx.settings.persister_batch,
                 )
                 if not entries:
                     break
@@ -151,7 +154,9 @@ class Persister:
             for m in batch:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))
             if inserted < len(batch):
-                log.debug("%d of %d entries were already persisted", len(batch) - inserted, len(batch))
+                log.debug(
+                    "%d of %d entries were already persisted", len(batch) - inserted, len(batch)
+                )
             for cb in self.on_commit:
                 try:
                     cb(batch, version)

@@ -37,7 +37,11 @@ async def test_duplicate_send_returns_first_ack(pair: tuple[Client, Client, str]
     assert first["duplicate"] is False
     for dup in (again, rest):
         assert dup["duplicate"] is True
-        assert (dup["seq"], dup["conv_id"], dup["server_time"]) == (first["seq"], conv, first["server_time"])
+        assert (dup["seq"], dup["conv_id"], dup["server_time"]) == (
+            first["seq"],
+            conv,
+            first["server_time"],
+        )
 
     async def persisted() -> list[dict]:
         return (await bob.history(conv))["messages"]
@@ -118,7 +122,9 @@ async def test_strangers_are_not_friends(url: str) -> None:
     await ca.close()
 
 
-async def test_bad_frames_get_errors_and_keep_the_connection(pair: tuple[Client, Client, str]) -> None:
+async def test_bad_frames_get_errors_and_keep_the_connection(
+    pair: tuple[Client, Client, str],
+) -> None:
     alice, _, conv = pair
     ca = await alice.connect()
     for raw in ("not json", "[1,2]", '{"no":"type"}', '{"type":"teleport"}', '{"type":7}', "{"):
@@ -130,7 +136,13 @@ async def test_bad_frames_get_errors_and_keep_the_connection(pair: tuple[Client,
         {"type": "send", "conv_id": conv, "client_msg_id": "bad id!", "content": {"text": "x"}},
         {"type": "send", "conv_id": "s:2:1", "client_msg_id": "ok1", "content": {"text": "x"}},
         {"type": "send", "conv_id": conv, "client_msg_id": "ok2", "content": "not an object"},
-        {"type": "send", "conv_id": conv, "client_msg_id": "ok3", "content_type": "system", "content": {}},
+        {
+            "type": "send",
+            "conv_id": conv,
+            "client_msg_id": "ok3",
+            "content_type": "system",
+            "content": {},
+        },
         {"type": "send", "conv_id": conv, "client_msg_id": "ok4", "content": {"text": ""}},
     ]
     import orjson

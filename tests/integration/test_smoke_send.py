@@ -20,6 +20,8 @@ async def test_message_flows_into_history(pair: tuple[Client, Client, str]) -> N
 
     msgs = await eventually(persisted)
     assert [m["seq"] for m in msgs] == [1]
-    assert msgs[0]["sender_id"] == alice.user_id and msgs[0]["client_msg_id"] == ack["client_msg_id"]
+    assert (
+        msgs[0]["sender_id"] == alice.user_id and msgs[0]["client_msg_id"] == ack["client_msg_id"]
+    )
     await ca.close()
     await cb.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -34,7 +35,8 @@ def test_parse_conv_id_valid(conv_id: str, kind: str, a: int, b: int, group_id: 
     assert ref.kind == kind
     if kind == "single":
         assert (ref.a, ref.b) == (a, b)
-        assert ref.has_user(a) and ref.has_user(b) and not ref.has_user(b + 1 if b < MAX else a + 1 if a + 1 != b else 3)
+        assert ref.has_user(a) and ref.has_user(b)
+        assert not ref.has_user(0) and not ref.has_user(-a)
         assert ref.peer_of(a) == b and ref.peer_of(b) == a
     else:
         assert ref.group_id == group_id
@@ -173,13 +175,15 @@ def test_frames_parse_rejects(text: str | bytes) -> None:
 
 @pytest.mark.parametrize("ftype", ["send", "read", "delivered", "typing", "ping"])
 def test_frames_parse_accepts_client_types(ftype: str) -> None:
-    frame = frames.parse('{"type": "%s", "conv_id": "g:1"}' % ftype)
+    frame = frames.parse(json.dumps({"type": ftype, "conv_id": "g:1"}))
     assert frame == {"type": ftype, "conv_id": "g:1"}
-    assert frames.parse(('{"type": "%s"}' % ftype).encode()) == {"type": ftype}
+    assert frames.parse(json.dumps({"type": ftype}).encode()) == {"type": ftype}
 
 
 def test_error_frame_shape() -> None:
-    import orjson
-
     err = ImError("bad_request", "nope")
-    assert orjson.loads(frames.error_frame(err)) == {"type": "error", "code": "bad_request", "message": "nope"}
+    assert json.loads(frames.error_frame(err)) == {
+        "type": "error",
+        "code": "bad_request",
+        "message": "nope",
+    }

@@ -36,7 +36,9 @@ class RedisStore:
     """One client (connection pool) plus the scripts; tracks the server's run id so a
     restarted Redis is noticed before any command runs on a new connection."""
 
-    def __init__(self, url: str, *, dedupe_ttl: int, timeout: float = 3.0, low_water: int = 500) -> None:
+    def __init__(
+        self, url: str, *, dedupe_ttl: int, timeout: float = 3.0, low_water: int = 500
+    ) -> None:
         self.url = url
         self.dedupe_ttl = dedupe_ttl
         self.low_water = low_water
@@ -116,8 +118,12 @@ class RedisStore:
             await self._send(keys=k, args=v, client=pipe)
         return list(await pipe.execute(raise_on_error=False))
 
-    async def extend_seq(self, conv_id: str, old_reserved: int, new_reserved: int) -> tuple[int, int]:
-        r = await self._extend(keys=[keys.seq(conv_id)], args=[old_reserved, new_reserved, self.run_id])
+    async def extend_seq(
+        self, conv_id: str, old_reserved: int, new_reserved: int
+    ) -> tuple[int, int]:
+        r = await self._extend(
+            keys=[keys.seq(conv_id)], args=[old_reserved, new_reserved, self.run_id]
+        )
         return int(r[0]), int(r[1])
 
     async def lock_seq(self, conv_id: str, owner: str, ttl_ms: int = 5000) -> bool:
@@ -130,6 +136,17 @@ class RedisStore:
         """The last seq handed out for the conversation, or None when Redis holds no counter."""
         cur = await self.client.hget(keys.seq(conv_id), "cur")
         return int(cur) if cur is not None else None
+
+    async def current_seqs(self, conv_ids: list[str]) -> dict[str, int]:
+        """The last seq handed out per conversation, for those Redis has a counter for."""
+        pipe = self.client.pipeline(transaction=False)
+        for c in conv_ids:
+            pipe.hget(keys.seq(c), "cur")
+        out = {}
+        for c, v in zip(conv_ids, await pipe.execute(), strict=True):
+            if v is not None:
+                out[c] = int(v)
+        return out
 
     async def set_dedupe(self, sender_id: int, client_msg_id: str, value: str) -> None:
         await self.client.set(keys.dedupe(sender_id, client_msg_id), value, ex=self.dedupe_ttl)
@@ -181,7 +198,9 @@ class RedisStore:
 
     async def ensure_group(self, partition: int) -> None:
         try:
-            await self.client.xgroup_create(keys.stream(partition), keys.GROUP, id="0", mkstream=True)
+            await self.client.xgroup_create(
+                keys.stream(partition), keys.GROUP, id="0", mkstream=True
+            )
         except aioredis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
@@ -189,11 +208,11 @@ class RedisStore:
     async def read_group(
         self, partitions: list[int], consumer: str, count: int, block_ms: int, pending: bool = False
     ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
-        streams = {keys.stream(p): ("0" if pending else ">") for p in partitions}
+        streams: dict[Any, Any] = {keys.stream(p): ("0" if pending else ">") for p in partitions}
         r = await self.client.xreadgroup(
             keys.GROUP, consumer, streams, count=count, block=None if pending else block_ms
         )
-        return r or []
+        return list(r or [])  # type: ignore[arg-type]
 
     async def autoclaim(
         self, partition: int, consumer: str, min_idle_ms: int, count: int

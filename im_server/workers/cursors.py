@@ -1,0 +1,125 @@
+"""Group commit of read and delivered cursors. Reports are merged per (kind, conv, user)
+(max wins) and written as one multi-row forward-only UPDATE: at once when idle, and
+whatever arrives while a flush is in flight goes into the next one. A caller waits for at
+most one flush, and learns the durable cursor value."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from im_server import metrics
+from im_server.context import Context
+from im_server.errors import unavailable
+from im_server.storage import cursors
+from im_server.storage.cursors import CursorResult
+from im_server.storage.db import next_version_txn
+
+log = logging.getLogger("im_server.cursors")
+Key = tuple[str, str, int]  # kind, conv_id, user_id
+OnMoved = Callable[[str, CursorResult, set[int]], None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    seq: int
+    waiters: list[asyncio.Future[CursorResult]] = field(default_factory=list)
+    origins: set[int] = field(default_factory=set)
+
+
+class CursorBatcher:
+    def __init__(self, ctx: Context, on_moved: OnMoved, max_rows: int = 5000) -> None:
+        self.ctx = ctx
+        self.on_moved = on_moved
+        self.max_rows = max_rows
+        self._pending: dict[Key, _Pending] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="cursor-batcher")
+
+    async def stop(self) -> None:
+        """Flush what is pending, then stop."""
+        if self._task is None:
+            return
+        deadline = asyncio.get_running_loop().time() + 5
+        while (
+            self._pending or not self._idle.is_set()
+        ) and asyncio.get_running_loop().time() < deadline:
+            self._wake.set()
+            await asyncio.sleep(0.01)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    def submit(
+        self, kind: str, conv_id: str, user_id: int, seq: int, origin: int | None
+    ) -> asyncio.Future[CursorResult]:
+        fut: asyncio.Future[CursorResult] = asyncio.get_running_loop().create_future()
+        key = (kind, conv_id, user_id)
+        p = self._pending.get(key)
+        if p is None:
+            p = self._pending[key] = _Pending(seq)
+        elif seq > p.seq:
+            p.seq = seq
+        p.waiters.append(fut)
+        if origin is not None:
+            p.origins.add(origin)
+        self._wake.set()
+        return fut
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                self._idle.clear()
+                batch = self._pending
+                if len(batch) > self.max_rows:
+                    keys = list(batch)[: self.max_rows]
+                    batch = {k: self._pending.pop(k) for k in keys}
+                else:
+                    self._pending = {}
+                try:
+                    await self._flush(batch)
+                except Exception as e:  # noqa: BLE001 - the callers hear of it
+                    log.warning("cursor flush of %d rows failed: %r", len(batch), e)
+                    err = unavailable("the database is unavailable, try again")
+                    for p in batch.values():
+                        for w in p.waiters:
+                            if not w.done():
+                                w.set_exception(err)
+                    await asyncio.sleep(0.2)
+            self._idle.set()
+
+    async def _flush(self, batch: dict[Key, _Pending]) -> None:
+        conv_ids = sorted({k[1] for k in batch})
+        try:
+            ends = await self.ctx.redis.current_seqs(conv_ids)
+        except Exception:  # noqa: BLE001 - Redis down: clamp to the persisted end
+            ends = {}
+        by_kind: dict[str, list[tuple[str, int, int, int]]] = {}
+        for (kind, conv_id, user_id), p in batch.items():
+            by_kind.setdefault(kind, []).append((conv_id, user_id, p.seq, ends.get(conv_id, -1)))
+        results: dict[Key, CursorResult] = {}
+        async with self.ctx.db.begin() as conn:
+            version = await next_version_txn(conn)
+            for kind, rows in by_kind.items():
+                for res in await cursors.advance(conn, kind, rows, version):
+                    results[(kind, res.conv_id, res.user_id)] = res
+        metrics.READ_FLUSHES.inc()
+        metrics.READ_FLUSH_ROWS.inc(len(batch))
+        for key, p in batch.items():
+            res = results[key]
+            for w in p.waiters:
+                if not w.done():
+                    w.set_result(res)
+            if res.moved:
+                try:
+                    self.on_moved(key[0], res, p.origins)
+                except Exception:  # noqa: BLE001
+                    log.exception("cursor push failed")

@@ -1,0 +1,136 @@
+"""Two server processes on the same stores: a send on one reaches devices on the other
+(fan-out through Redis pub/sub), and the sending device gets only its ack."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from im_server.client import Client, Connection
+from tests.support import PASSWORD, ServerProcess, Stores, befriend, new_user
+
+PUSH_TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="module")
+def two_servers(
+    stores: Stores, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    logs = tmp_path_factory.mktemp("xlogs")
+    env = {**stores.env(), "IM_TEST_LOG_DIR": str(logs)}
+    s1 = ServerProcess(env={**env, "IM_NODE_NAME": "xnode-1"}).start()
+    s2: ServerProcess | None = None
+    try:
+        s2 = ServerProcess(env={**env, "IM_NODE_NAME": "xnode-2"}).start()
+        time.sleep(1.5)  # let the nodes see each other (1 s heartbeats)
+        yield s1, s2
+    finally:
+        s1.terminate()
+        if s2 is not None:
+            s2.terminate()
+
+
+async def login_on(url: str, client: Client, device_id: str) -> Client:
+    return await Client.login(url, str(client.username), PASSWORD, device_id=device_id)
+
+
+async def settle(*conns: Connection) -> None:
+    """The server accepts the WebSocket before it authenticates and registers it, and
+    subscribes to the user's pub/sub channel in a background task: a ping round trip
+    proves the registration, a short pause covers the SUBSCRIBE. (A send made right
+    after connect() returns can miss a fresh socket; the sync recipe covers that.)"""
+    for c in conns:
+        await c.ping()
+    await asyncio.sleep(0.3)
+
+
+def is_msg(client_msg_id: str) -> Any:
+    return lambda f: f.get("message", {}).get("client_msg_id") == client_msg_id
+
+
+async def expect_push(
+    conn: Connection, client_msg_id: str, who: str, servers: tuple[ServerProcess, ...]
+) -> dict[str, Any]:
+    try:
+        ev = await conn.next_event("message", PUSH_TIMEOUT, is_msg(client_msg_id))
+    except TimeoutError:
+        tails = "\n---\n".join(s.log_tail(30) for s in servers)
+        raise AssertionError(f"{who} got no push of {client_msg_id}\n{tails}") from None
+    return ev["message"]
+
+
+async def test_push_crosses_processes(two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    s1, s2 = two_servers
+    a = await new_user(s1.url, "xa")
+    b = await new_user(s2.url, "xb")
+    a2 = await login_on(s2.url, a, "a-second-device")
+    clients = [a, b, a2]
+    try:
+        conv = await befriend(a, b)
+        ca = await a.connect()  # server 1
+        cb = await b.connect()  # server 2
+        ca2 = await a2.connect()  # server 2, A's other device
+        await settle(ca, cb, ca2)
+
+        m = f"x-{uuid.uuid4().hex}"
+        ack = await ca.send(conv, "across", client_msg_id=m)
+        assert ack["ok"] is True and ack["duplicate"] is False, ack
+        got_b = await expect_push(cb, m, "B on server 2", two_servers)
+        got_a2 = await expect_push(ca2, m, "A's second device on server 2", two_servers)
+        for got in (got_b, got_a2):
+            assert got["seq"] == ack["seq"] and got["conv_id"] == conv
+            assert got["sender_id"] == a.user_id and got["content"] == {"text": "across"}
+        echo = await ca.try_next_event("message", 1.0, is_msg(m))
+        assert echo is None, f"the sending device got its own message back: {echo}"
+
+        # the other way round: B on server 2 -> A's devices on both servers
+        m2 = f"y-{uuid.uuid4().hex}"
+        ack2 = await cb.send(conv, "back", client_msg_id=m2)
+        assert ack2["ok"] is True and ack2["seq"] > ack["seq"], ack2
+        for conn, who in ((ca, "A on server 1"), (ca2, "A's device on server 2")):
+            got = await expect_push(conn, m2, who, two_servers)
+            assert got["seq"] == ack2["seq"]
+        assert await cb.try_next_event("message", 0.5, is_msg(m2)) is None
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+async def test_group_push_across_processes(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    s1, s2 = two_servers
+    a = await new_user(s1.url, "ga")
+    b = await new_user(s2.url, "gb")
+    c = await new_user(s1.url, "gc")
+    c2 = await login_on(s2.url, c, "c-second-device")
+    clients = [a, b, c, c2]
+    try:
+        g = await a.create_group("cross", [int(b.user_id or 0), int(c.user_id or 0)])
+        conv = g["conv_id"]
+        conns = {
+            "A@1": await a.connect(),
+            "B@2": await b.connect(),
+            "C@1": await c.connect(),
+            "C'@2": await c2.connect(),
+        }
+        await settle(*conns.values())
+        for sender in ("A@1", "B@2", "C'@2"):
+            m = f"g-{uuid.uuid4().hex}"
+            ack = await conns[sender].send(conv, f"from {sender}", client_msg_id=m)
+            assert ack["ok"] is True, (sender, ack)
+            for who, conn in conns.items():
+                if who == sender:
+                    continue
+                got = await expect_push(conn, m, f"{who} (sent by {sender})", two_servers)
+                assert got["seq"] == ack["seq"] and got["conv_id"] == conv
+            echo = await conns[sender].try_next_event("message", 0.7, is_msg(m))
+            assert echo is None, f"{sender} got its own message back: {echo}"
+    finally:
+        for cl in clients:
+            await cl.aclose()
