@@ -35,6 +35,10 @@ def _start_embedded(settings: Settings) -> tuple[Settings, list[object]]:
     return settings.model_copy(update={"database_url": pg.url, "redis_url": rd.url}), [rd, pg]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _stop_all(handles: list[object]) -> None:
     for h in handles:
         try:
@@ -57,8 +61,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logs.setup(settings.log_level, settings.log_format)
     handles: list[object] = []
     t0 = time.monotonic()
-    # SIGTERM during start-up must still stop what was started
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # SIGTERM stops everything cleanly: during start-up it interrupts; while serving,
+    # uvicorn catches it, shuts down, restores this handler and re-raises the signal,
+    # which lands here as KeyboardInterrupt, so the embedded stores are stopped below.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if settings.embedded:
             settings, handles = _start_embedded(settings)
@@ -66,7 +72,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         assert settings.database_url
         run_migrations(settings.database_url)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         import uvicorn
 
         from im_server.app import create_app

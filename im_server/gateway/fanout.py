@@ -59,8 +59,13 @@ class Fanout:
 
     # ---- subscriptions -------------------------------------------------------------------
 
-    def user_online(self, user_id: int) -> None:
-        self.ctx.spawn(self._subscribe(keys.user_channel(user_id)))
+    async def subscribe_user(self, user_id: int) -> None:
+        """Subscribe to the user's channel; bounded so a slow Redis cannot hold up a login
+        (the listener resubscribes everything when it reconnects)."""
+        try:
+            await asyncio.wait_for(self._subscribe(keys.user_channel(user_id)), 1.0)
+        except TimeoutError:
+            log.warning("subscribing user %d took over a second", user_id)
 
     def user_offline(self, user_id: int) -> None:
         self.ctx.spawn(self._unsubscribe(keys.user_channel(user_id)))

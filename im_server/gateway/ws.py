@@ -116,15 +116,16 @@ async def ws_endpoint(websocket: WebSocket) -> None:
     ctx: Context = websocket.app.state.ctx
     gw: Gateway = websocket.app.state.gateway
     token = websocket.query_params.get("token")
-    await websocket.accept()
     try:
         user_id, device_id = await accounts.authenticate(ctx, token)
     except ImError as e:
+        await websocket.accept()
         await websocket.close(
             CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013, e.message[:120]
         )
         return
     if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user:
+        await websocket.accept()
         await websocket.close(CLOSE_TOO_MANY, "too many connections for this user")
         return
 
@@ -138,9 +139,18 @@ async def ws_endpoint(websocket: WebSocket) -> None:
         except Exception:  # noqa: BLE001 - already gone
             pass
 
+    # registered (and subscribed across processes) before the handshake completes, so a
+    # message sent after the client sees the socket open is never missed; frames pushed
+    # meanwhile wait in the connection's queue
     conn = Conn(user_id, device_id, accounts.token_hash(token or ""), _send, _close, SEND_QUEUE)
     if gw.hub.add(conn):
-        gw.fanout.user_online(user_id)
+        await gw.fanout.subscribe_user(user_id)
+    try:
+        await websocket.accept()
+    except Exception:  # noqa: BLE001 - the client left during the handshake
+        if gw.hub.remove(conn):
+            gw.fanout.user_offline(user_id)
+        return
     writer = asyncio.create_task(_writer(conn))
     try:
         while True:
