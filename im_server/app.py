@@ -15,15 +15,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from im_server import __version__
-from im_server.api import accounts, conversations, friends, groups, ops
+from im_server.api import accounts, conversations, friends, groups, ops, sync
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.errors import ImError, is_store_error
 from im_server.gateway import ws
 from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Hub
+from im_server.gateway.longpoll import LongPolls
 from im_server.health import Health
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
@@ -42,6 +44,7 @@ TAGS = [
     {"name": "friends", "description": "Friend requests and the friend list."},
     {"name": "groups", "description": "Groups and their members."},
     {"name": "conversations", "description": "States, history, sends, read state."},
+    {"name": "sync", "description": "Catch-up for devices: changed states since a version, long polls."},
     {"name": "operations", "description": "Health, readiness, metrics."},
 ]
 
@@ -75,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hub = Hub()
         fanout = Fanout(ctx, hub, ctx.redis)
         ctx.events = fanout
+        ctx.extra["longpolls"] = LongPolls(fanout, ctx.redis)
         app.state.ctx = ctx
         app.state.gateway = ws.Gateway(ctx, hub, fanout)
         for register in app.state.frame_handlers:
@@ -130,6 +134,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _im_error(request: Request, exc: ImError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "bad_request")
+        return JSONResponse(
+            {"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code, headers=exc.headers
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
@@ -161,6 +172,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         friends.blocks_router,
         groups.router,
         conversations.router,
+        sync.router,
         ws.router,
     ):
         app.include_router(r)

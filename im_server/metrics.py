@@ -37,3 +37,6 @@ STREAM_DEPTH = Gauge("im_stream_depth", "Entries waiting in the message streams"
 READ_FLUSHES = Counter("im_read_flushes_total", "Read-cursor batches written to PostgreSQL")
 READ_FLUSH_ROWS = Counter("im_read_flush_rows_total", "Cursor rows written by read-cursor batches")
 BAD_FRAMES = Counter("im_bad_frames_total", "WebSocket frames refused", ["code"])
+DEDUPE_CONFLICTS = Counter(
+    "im_dedupe_conflicts_total", "Queued messages not stored because PostgreSQL already held their dedupe key"
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from redis.asyncio.client import PubSub
 
 from im_server.context import Context
 from im_server.gateway.hub import Hub
+from im_server.services.notify import SYNC_WAKE
 from im_server.storage.redis import keys
 from im_server.storage.redis.store import RedisStore
 
@@ -82,8 +84,9 @@ class Fanout:
     async def _unsubscribe(self, channel: str) -> None:
         async with self._sub_lock:
             uid = int(channel.rsplit(":", 1)[1])
-            if self.hub.user_connections(uid):
-                return  # the user came back meanwhile
+            polls = self.ctx.extra.get("longpolls")
+            if self.hub.user_connections(uid) or (polls is not None and polls.has(uid)):
+                return  # the user came back meanwhile, or is long-polling
             self._subscribed.discard(channel)
             if self._pubsub is not None:
                 try:
@@ -131,6 +134,8 @@ class Fanout:
                     await recovery.check_redis_epoch(self.ctx)
                 else:
                     await self.redis.refresh_cold_until()
+                if int(time.monotonic()) % 30 == 0:
+                    await self.redis.expire_long_polls()
             except Exception as e:  # noqa: BLE001 - Redis down: keep publishing to be safe
                 self.others = True
                 log.debug("heartbeat failed: %r", e)
@@ -180,6 +185,11 @@ class Fanout:
         if origin == self.node:
             return
         uid = int(channel.rsplit(":", 1)[1])
+        if text == SYNC_WAKE:
+            polls = self.ctx.extra.get("longpolls")
+            if polls is not None:
+                polls.wake((uid,))
+            return
         self.hub.deliver((uid,), text)
 
     def _apply_control(self, kind: str, key: str) -> None:

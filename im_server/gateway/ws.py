@@ -152,6 +152,7 @@ async def ws_endpoint(websocket: WebSocket) -> None:
             gw.fanout.user_offline(user_id)
         return
     writer = asyncio.create_task(_writer(conn))
+    max_frame = ctx.settings.max_frame_bytes
     try:
         while True:
             msg = await websocket.receive()
@@ -160,6 +161,9 @@ async def ws_endpoint(websocket: WebSocket) -> None:
             data = msg.get("text")
             if data is None:
                 data = msg.get("bytes") or b""
+            if len(data) > max_frame:  # uvicorn enforces it too when started by im-server
+                conn.close(1009, "frame too large")
+                break
             gw.handle(conn, data)
     except WebSocketDisconnect:
         pass

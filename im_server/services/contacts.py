@@ -8,7 +8,7 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import MAX_ID, single_conv_id
-from im_server.services import permissions, seqs
+from im_server.services import notify, permissions, seqs
 from im_server.storage import accounts, contacts, conversations
 from im_server.storage.db import next_version_txn
 
@@ -56,6 +56,7 @@ async def do_request_friend(
             request_id = await contacts.create_request(conn, me, to, note)
     if accepted:
         await permissions.permissions_changed(ctx, [accepted])
+        await notify.changed(ctx, [me, to])
         return {"request_id": request_id, "conv_id": accepted, "accepted": True}
     return {"request_id": request_id}
 
@@ -69,6 +70,7 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
             return {"conv_id": single_conv_id(req.from_user_id, req.to_user_id)}
         conv_id = await _accept_txn(conn, req)
     await permissions.permissions_changed(ctx, [conv_id])
+    await notify.changed(ctx, [req.from_user_id, req.to_user_id])
     return {"conv_id": conv_id}
 
 
@@ -98,6 +100,7 @@ async def do_remove_friend(ctx: Context, me: int, peer: int) -> None:
         await conversations.raise_min_seq(conn, conv_id, me, end + 1, version)
         await conversations.hide(conn, conv_id, me, end, version)
     await permissions.permissions_changed(ctx, [conv_id])
+    await notify.changed(ctx, [me])
 
 
 async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.ids import ConvRef
-from im_server.services import seqs
+from im_server.services import notify, seqs
 from im_server.services.history import load_member
 from im_server.storage import conversations
 from im_server.storage.db import next_version_txn
@@ -39,6 +39,7 @@ async def do_clear(ctx: Context, user_id: int, ref: ConvRef) -> dict[str, Any]:
     async with ctx.db.begin() as conn:
         version = await next_version_txn(conn)
         await conversations.raise_min_seq(conn, ref.conv_id, user_id, end + 1, version)
+    await notify.changed(ctx, [user_id])
     return {"conv_id": ref.conv_id, "min_seq": end + 1}
 
 
@@ -49,3 +50,4 @@ async def do_hide(ctx: Context, user_id: int, ref: ConvRef) -> None:
     async with ctx.db.begin() as conn:
         version = await next_version_txn(conn)
         await conversations.hide(conn, ref.conv_id, user_id, end, version)
+    await notify.changed(ctx, [user_id])

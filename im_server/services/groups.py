@@ -9,7 +9,7 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import group_conv_id, parse_conv_id
-from im_server.services import permissions, send, seqs
+from im_server.services import notify, permissions, send, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, conversations, groups
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
@@ -43,6 +43,7 @@ async def do_create_group(
         if ids:
             await conversations.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, version)
     await permissions.permissions_changed(ctx, [conv_id])
+    await notify.changed(ctx, [owner, *ids])
     return {"group_id": group_id, "conv_id": conv_id}
 
 
@@ -75,9 +76,8 @@ async def do_add_members(
     ctx: Context, actor: int, group_id: int, user_ids: object, with_history: object = False
 ) -> dict[str, Any]:
     """Add (or re-add) members. New members see everything (with_history) or start after
-    the current end; a re-join always starts after the current end, its read cursor at
-    the end. Every added member's read cursor starts at the current end: old messages
-    are history, not news."""
+    the current end, with no read cursor yet (the unread fallback applies); a re-join
+    always starts after the current end, its read cursor at the end."""
     if not isinstance(with_history, bool):
         raise bad_request("with_history must be true or false")
     ids = check_user_ids(user_ids)
@@ -101,7 +101,7 @@ async def do_add_members(
             (rejoined if m is not None else added).append(uid)
         if added:
             await conversations.upsert_members(
-                conn, ref.conv_id, added, ROLE_MEMBER, 1 if with_history else end + 1, end, version
+                conn, ref.conv_id, added, ROLE_MEMBER, 1 if with_history else end + 1, None, version
             )
         if rejoined:
             await conversations.upsert_members(
@@ -109,6 +109,7 @@ async def do_add_members(
             )
     if added or rejoined:
         await permissions.permissions_changed(ctx, [ref.conv_id])
+        await notify.changed(ctx, added + rejoined)
         await send.send_system(
             ctx,
             actor,
@@ -148,6 +149,7 @@ async def _close(ctx: Context, actor: int, group_id: int, target: int, event: st
                 await _hand_over(conn, ref.conv_id, actor, version)
         await conversations.close_window(conn, ref.conv_id, target, end, version)
     await permissions.permissions_changed(ctx, [ref.conv_id])
+    await notify.changed(ctx, [target])
     await send.send_system(
         ctx, actor, ref, "system", {"event": event, "actor": actor, "user_ids": [target]}
     )

@@ -65,7 +65,7 @@ def tier(ctx: Context, member_count: int) -> int | None:
     None = receipts disabled."""
     s = ctx.settings
     if member_count <= s.receipts_full_max:
-        return s.receipts_full_max
+        return 1_000_000  # everyone who read, former members who saw it included
     if member_count <= s.receipts_partial_max:
         return s.receipts_partial_readers
     if member_count <= s.receipts_count_max:

@@ -149,6 +149,14 @@ async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
     return [int(x) for x in r.scalars()]
 
 
+async def active_members_of(conn: AsyncConnection, conv_ids: list[str]) -> list[int]:
+    r = await conn.execute(
+        text("SELECT DISTINCT user_id FROM conv_members WHERE conv_id = ANY(:c) AND max_seq IS NULL"),
+        {"c": conv_ids},
+    )
+    return [int(x) for x in r.scalars()]
+
+
 async def upsert_member(
     conn: AsyncConnection,
     conv_id: str,
@@ -286,6 +294,12 @@ _UNREAD = (
 )
 
 
+# A state's sync version: my own row's, the conversation's while I am in it (new
+# messages), and in a single chat the peer's row (its cursors).
+_VERSION = "GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END, COALESCE(pm.version, 0))"
+_PEER_JOIN = "LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id"
+
+
 async def states(
     conn: AsyncConnection,
     user_id: int,
@@ -304,15 +318,15 @@ async def states(
     sql = f"""
         SELECT c.conv_id, c.conv_type, c.group_id, g.name,
                {_WIN_MIN} AS wmin, {_WIN_MAX} AS wmax, m.read_seq,
-               GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END,
-                        COALESCE(pm.version, 0)) AS version,
+               {_VERSION} AS version,
                pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
-               lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role
+               lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
+               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
-        LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id
+        {_PEER_JOIN}
         LEFT JOIN LATERAL (
             SELECT {_MSG_COLS} FROM messages x
             WHERE x.conv_id = m.conv_id AND x.seq >= {_WIN_MIN}
@@ -334,6 +348,8 @@ async def states(
             "last_message": message_dict(r[12:20]) if r[12] is not None else None,
             "version": int(r[7]),
         }
+        if include_hidden:
+            st["hidden"] = bool(r[22])
         if r[1] == SINGLE:
             st["peer_id"] = int(r[8]) if r[8] is not None else None
             st["peer_read_seq"] = int(r[9] or 0)

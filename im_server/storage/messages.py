@@ -128,3 +128,15 @@ async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str,
 async def any_messages(conn: AsyncConnection) -> bool:
     r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM messages)"))
     return bool(r.scalar_one())
+
+
+async def absent(conn: AsyncConnection, keys: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Those (conv_id, seq) that have no row."""
+    r = await conn.execute(
+        text(
+            "SELECT x.c, x.q FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[])) AS x(c, q) "
+            "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.conv_id = x.c AND m.seq = x.q)"
+        ),
+        {"c": [k[0] for k in keys], "q": [k[1] for k in keys]},
+    )
+    return [(str(a), int(b)) for a, b in r]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from im_server import metrics
 from im_server.context import Context
 from im_server.errors import unavailable
+from im_server.services import notify
 from im_server.storage import cursors
 from im_server.storage.cursors import CursorResult
 from im_server.storage.db import next_version_txn
@@ -113,13 +114,19 @@ class CursorBatcher:
                     results[(kind, res.conv_id, res.user_id)] = res
         metrics.READ_FLUSHES.inc()
         metrics.READ_FLUSH_ROWS.inc(len(batch))
+        moved_users: set[int] = set()
         for key, p in batch.items():
             res = results[key]
             for w in p.waiters:
                 if not w.done():
                     w.set_result(res)
             if res.moved:
+                moved_users.add(res.user_id)
+                if res.conv_id.startswith("s:"):
+                    moved_users.update(int(x) for x in res.conv_id[2:].split(":"))
                 try:
                     self.on_moved(key[0], res, p.origins)
                 except Exception:  # noqa: BLE001
                     log.exception("cursor push failed")
+        if moved_users:
+            self.ctx.spawn(notify.changed(self.ctx, moved_users))

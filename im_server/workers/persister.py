@@ -14,6 +14,7 @@ import orjson
 
 from im_server import metrics
 from im_server.context import Context
+from im_server.services import notify
 from im_server.storage import messages
 from im_server.storage.db import next_version_txn
 from im_server.storage.messages import NewMessage
@@ -124,6 +125,16 @@ class Persister:
                 log.info("reclaimed %d stale entries of partition %d", len(entries), p)
                 await self._persist(keys.stream(p), entries)
 
+    async def _check_conflicts(self, batch: list[NewMessage]) -> None:
+        """Rows skipped by ON CONFLICT are normally replays (already stored, same seq). A
+        skipped row whose seq is absent means its (sender, client_msg_id) was stored under
+        another seq: a dedupe missed by Redis (its key expired or was lost)."""
+        async with self.ctx.db.connect() as conn:
+            missing = await messages.absent(conn, [(m.conv_id, m.seq) for m in batch])
+        for conv_id, seq in missing:
+            metrics.DEDUPE_CONFLICTS.inc()
+            log.error("message %s/%d repeats an older (sender, client_msg_id) and was not stored", conv_id, seq)
+
     async def _persist(self, stream_key: str, entries: list[tuple[str, dict[str, str]]]) -> None:
         batch: list[NewMessage] = []
         bad: list[str] = []
@@ -157,6 +168,7 @@ class Persister:
                 log.debug(
                     "%d of %d entries were already persisted", len(batch) - inserted, len(batch)
                 )
+            self.ctx.spawn(notify.conversations_changed(self.ctx, list(tops)))
             for cb in self.on_commit:
                 try:
                     cb(batch, version)

@@ -9,7 +9,8 @@ BOOT = "im:boot"  # present while this Redis holds our data; gone after a flush 
 COLD_UNTIL = "im:coldu"  # ms timestamp: until then, dedupe misses are checked in PostgreSQL
 NODES = "im:nodes"  # zset node -> expiry (ms), the live gateway processes
 CONTROL = "im:ctl"  # pub/sub: cache invalidations, node joins
-GROUP = "persist"  # the persister's consumer group
+GROUP = "persist"
+LONG_POLLS = "im:lp"  # zset user_id -> expiry (ms): users with a long poll waiting somewhere  # the persister's consumer group
 
 
 def seq(conv_id: str) -> str:

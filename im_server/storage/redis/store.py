@@ -251,6 +251,18 @@ class RedisStore:
     async def leave(self, node: str) -> None:
         await self.client.zrem(keys.NODES, node)
 
+    async def register_long_poll(self, user_id: int, ttl_ms: int) -> None:
+        await self.client.zadd(keys.LONG_POLLS, {str(user_id): int(time.time() * 1000) + ttl_ms})
+
+    async def long_polling(self, user_ids: list[int]) -> list[int]:
+        """Those of the users with a live long poll somewhere."""
+        now = time.time() * 1000
+        scores = await self.client.zmscore(keys.LONG_POLLS, [str(u) for u in user_ids])
+        return [u for u, s in zip(user_ids, scores, strict=True) if s is not None and s > now]
+
+    async def expire_long_polls(self) -> None:
+        await self.client.zremrangebyscore(keys.LONG_POLLS, 0, int(time.time() * 1000))
+
     async def publish_many(self, items: list[tuple[str, str]]) -> None:
         if not items:
             return
