@@ -52,6 +52,7 @@ from typing import Any
 import asyncpg
 import httpx
 import orjson
+import psutil
 
 from im_server.client import Client, Connection
 from tests.support import ServerProcess, Stores
@@ -80,6 +81,11 @@ async def read_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:
             name, value = line.split()
             out[name] = float(value)
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
 
 
 @dataclass
@@ -241,6 +247,7 @@ async def server_storm(
     conv: str,
     last_seq: int,
     members: list[tuple[int, str]],
+    server_pid: int,
 ) -> Phase:
     phase = Phase("server (group commit)")
     reporters = members[:]
@@ -290,12 +297,18 @@ async def server_storm(
         # warm the server's token cache and the HTTP pools (one call per REST reporter)
 
         async def warm(r: tuple[int, str], slot: int) -> None:
-            resp = await pools[slot].get(url + "/v1/blocks", headers=headers[r[0]])
-            resp.raise_for_status()
+            for attempt in range(5):
+                resp = await pools[slot].get(url + "/v1/blocks", headers=headers[r[0]])
+                if resp.status_code != 503 or attempt == 4:
+                    resp.raise_for_status()
+                    return
+                await asyncio.sleep(0.2)
 
-        await run_scheduled(
-            [r for r in reporters if r[0] not in ws_users], 0, args.concurrency, warm
+        _, _, warm_errors = await run_scheduled(
+            [r for r in reporters if r[0] not in ws_users], 2.0, args.concurrency, warm
         )
+        if warm_errors:
+            raise RuntimeError(f"{warm_errors} warm-up calls failed")
 
         await asyncio.sleep(args.settle)  # let pg_stat_database settle before the snapshot
         c0 = await read_counters(http, url)
@@ -325,9 +338,11 @@ async def server_storm(
             if int(resp.json()["read_seq"]) != last_seq:
                 raise RuntimeError(f"answer {resp.text[:200]}")
 
+        cpu0 = cpu_seconds(server_pid), cpu_seconds(os.getpid())
         t_start = time.monotonic()
         wall, lat, errors = await run_scheduled(reporters, args.spread, args.concurrency, report)
         storm_end = time.monotonic()
+        cpu1 = cpu_seconds(server_pid), cpu_seconds(os.getpid())
         await asyncio.sleep(2.0)
         receipts_in_window = len(receipts)
         c1 = await read_counters(http, url)
@@ -350,6 +365,8 @@ async def server_storm(
             "rows_per_flush": round(rows / flushes, 1) if flushes else None,
             "receipt_pushes": receipts_in_window,
             "receipt_window_s": round(storm_end - t_start + 2.0, 2),
+            "server_cpu_s": round(cpu1[0] - cpu0[0], 2),
+            "client_cpu_s": round(cpu1[1] - cpu0[1], 2),
         }
 
         # correctness
@@ -464,7 +481,7 @@ async def bench(args: argparse.Namespace, stores: Stores, server: ServerProcess)
             )
 
         srv = await server_storm(
-            args, url, pg, http, owner, owner_ws, conv_a, last[conv_a], members
+            args, url, pg, http, owner, owner_ws, conv_a, last[conv_a], members, server.proc.pid
         )
         naive = await naive_storm(args, stores, pg, conv_b, last[conv_b], members)
         await owner.aclose()

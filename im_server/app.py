@@ -29,6 +29,7 @@ from im_server.gateway.longpoll import LongPolls
 from im_server.health import Health
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
+from im_server.services.ratelimit import Buckets
 from im_server.storage.db import create_engine
 from im_server.storage.redis.store import RedisStore
 from im_server.workers.cursors import CursorBatcher
@@ -66,6 +67,9 @@ def build_context(settings: Settings) -> Context:
     ctx.send_batcher = Coalescer(redis.send_many, settings.send_batch_max)
     ctx.extra["dedupe_checker"] = send.dedupe_checker(ctx)
     ctx.extra["health"] = Health(ctx)
+    ctx.extra["rate_send"] = Buckets(settings.rate_send_per_s, settings.rate_send_burst)
+    ctx.extra["rate_read"] = Buckets(settings.rate_read_per_s, settings.rate_read_burst)
+    ctx.extra["rate_typing"] = Buckets(settings.rate_typing_per_s, settings.rate_typing_burst)
     return ctx
 
 

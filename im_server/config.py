@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     argon2_memory_kib: int = 19 * 1024
     argon2_parallelism: int = 1
 
+    # per-user rate limits (per process); a rate <= 0 turns a limit off
+    rate_send_per_s: float = 100.0
+    rate_send_burst: float = 500.0
+    rate_read_per_s: float = 100.0
+    rate_read_burst: float = 500.0
+    rate_typing_per_s: float = 5.0
+    rate_typing_burst: float = 10.0
+
     # groups and receipts
     recall_window_seconds: int = 120
     receipts_full_max: int = 100

@@ -30,7 +30,14 @@ from im_server.runtime.embedded import (
 )
 from im_server.storage.db import run_migrations
 
-FAST_HASH_ENV = {"IM_ARGON2_TIME_COST": "1", "IM_ARGON2_MEMORY_KIB": "1024"}
+# cheap password hashing, and rate limits far above what the tests send (the rate-limit
+# tests start their own server with low limits)
+FAST_HASH_ENV = {
+    "IM_ARGON2_TIME_COST": "1",
+    "IM_ARGON2_MEMORY_KIB": "1024",
+    "IM_RATE_SEND_BURST": "100000",
+    "IM_RATE_READ_BURST": "100000",
+}
 PASSWORD = "password-1234"
 
 

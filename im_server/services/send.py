@@ -58,6 +58,7 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
         )
     if ref.kind == "single" and not ref.has_user(sender_id):
         raise ImError("not_member", "this single chat is not yours")
+    ctx.extra["rate_send"].check(sender_id, "messages")
     return ref, str(cmid), ctype, encoded.decode()
 
 

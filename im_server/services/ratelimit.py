@@ -1,0 +1,39 @@
+"""Per-user rate limits (token buckets) on sends, read reports and typing. Kept in
+process memory: a user's connections usually land on one process, and a check that
+costs a store round trip on every frame would cost more than the abuse it stops.
+With N processes a user can reach at most N times the rate."""
+
+from __future__ import annotations
+
+import time
+
+from im_server.errors import ImError
+
+
+class Buckets:
+    """rate tokens per second, up to burst; rate <= 0 disables the limit."""
+
+    __slots__ = ("rate", "burst", "_state")
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self._state: dict[int, tuple[float, float]] = {}
+
+    def take(self, user_id: int, cost: float = 1.0) -> bool:
+        if self.rate <= 0:
+            return True
+        now = time.monotonic()
+        tokens, last = self._state.get(user_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < cost:
+            self._state[user_id] = (tokens, now)
+            return False
+        self._state[user_id] = (tokens - cost, now)
+        if len(self._state) > 200_000:
+            self._state.clear()
+        return True
+
+    def check(self, user_id: int, what: str) -> None:
+        if not self.take(user_id):
+            raise ImError("rate_limited", f"too many {what}; slow down")
