@@ -452,6 +452,7 @@ async def naive_storm(
 
 
 async def bench(args: argparse.Namespace, stores: Stores, server: ServerProcess) -> dict[str, Any]:
+    load_start = round(os.getloadavg()[0], 2)
     url = server.url
     run = uuid.uuid4().hex[:8]
     pg = await asyncpg.connect(pg_dsn(stores))
@@ -480,6 +481,7 @@ async def bench(args: argparse.Namespace, stores: Stores, server: ServerProcess)
                 file=sys.stderr,
             )
 
+        assert server.proc is not None
         srv = await server_storm(
             args, url, pg, http, owner, owner_ws, conv_a, last[conv_a], members, server.proc.pid
         )
@@ -504,7 +506,12 @@ async def bench(args: argparse.Namespace, stores: Stores, server: ServerProcess)
     }
     return {
         "benchmark": "read_storm",
-        "machine": {"cpus": os.cpu_count(), "note": "shared, noisy"},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "note": "shared, noisy",
+            "loadavg_1m_start": load_start,
+            "loadavg_1m_end": round(os.getloadavg()[0], 2),
+        },
         "params": {
             "members": args.members,
             "reporters": len(members),
@@ -529,7 +536,7 @@ def print_table(res: dict[str, Any]) -> None:
     t = Table(
         title=f"Read storm: {p['reporters']} reporters in a {p['members']}-member group, "
         f"spread {p['spread_s']} s, concurrency {p['concurrency']}, "
-        f"{res['machine']['cpus']} CPUs (shared)"
+        f"{res['machine']['cpus']} CPUs (shared, load {res['machine']['loadavg_1m_start']})"
     )
     t.add_column("")
     t.add_column("server (group commit)", justify="right")
@@ -554,6 +561,11 @@ def print_table(res: dict[str, Any]) -> None:
             "xact_commit / xact_rollback delta",
             f"{s['xact_commit_delta']} / {s['xact_rollback_delta']}",
             f"{b['xact_commit_delta']} / {b['xact_rollback_delta']}",
+        ),
+        (
+            "CPU during the storm: server / this client",
+            f"{s['server_cpu_s']} s / {s['client_cpu_s']} s",
+            "-",
         ),
         (
             "receipt pushes to the sender",

@@ -45,7 +45,10 @@ TAGS = [
     {"name": "friends", "description": "Friend requests and the friend list."},
     {"name": "groups", "description": "Groups and their members."},
     {"name": "conversations", "description": "States, history, sends, read state."},
-    {"name": "sync", "description": "Catch-up for devices: changed states since a version, long polls."},
+    {
+        "name": "sync",
+        "description": "Catch-up for devices: changed states since a version, long polls.",
+    },
     {"name": "operations", "description": "Health, readiness, metrics."},
 ]
 
@@ -140,9 +143,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(exc.status_code, "bad_request")
+        code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(
+            exc.status_code, "bad_request"
+        )
         return JSONResponse(
-            {"error": {"code": code, "message": str(exc.detail)}}, status_code=exc.status_code, headers=exc.headers
+            {"error": {"code": code, "message": str(exc.detail)}},
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
 
     @app.exception_handler(RequestValidationError)
@@ -177,7 +184,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         groups.router,
         conversations.router,
         sync.router,
-        ws.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():
@@ -187,4 +193,4 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def app_factory() -> Any:
     """For ``uvicorn --factory im_server.app:app_factory``."""
-    return create_app()
+    return ws.with_websocket(create_app())

@@ -75,6 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from im_server.app import create_app
+        from im_server.gateway.ws import with_websocket
 
         where = f"http://{settings.host}:{settings.port}"
         data_note = (
@@ -88,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
         config = uvicorn.Config(
-            create_app(settings),
+            with_websocket(create_app(settings)),
             host=settings.host,
             port=settings.port,
             loop="uvloop",
@@ -183,5 +184,16 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(fn=cmd_persister)
     m = sub.add_parser("migrate", help="apply database migrations (needs IM_DATABASE_URL)")
     m.set_defaults(fn=cmd_migrate)
+    b = sub.add_parser(
+        "bench",
+        help="load benchmark (see docs/performance.md); --help for its options",
+        add_help=False,
+    )
+    b.set_defaults(fn=None)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from im_server.bench.runner import main as bench_main
+
+        sys.exit(bench_main(argv[1:]))
     args = parser.parse_args(argv)
     sys.exit(args.fn(args))

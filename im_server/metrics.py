@@ -31,12 +31,34 @@ PERSIST_BATCH = Histogram(
 PERSIST_LAG = Histogram(
     "im_persist_lag_seconds",
     "Time from ack (server_time) to commit in PostgreSQL",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    buckets=(
+        0.001,
+        0.002,
+        0.005,
+        0.01,
+        0.02,
+        0.03,
+        0.05,
+        0.075,
+        0.1,
+        0.15,
+        0.2,
+        0.25,
+        0.3,
+        0.5,
+        0.75,
+        1,
+        2,
+        5,
+        10,
+        30,
+    ),
 )
 STREAM_DEPTH = Gauge("im_stream_depth", "Entries waiting in the message streams")
 READ_FLUSHES = Counter("im_read_flushes_total", "Read-cursor batches written to PostgreSQL")
 READ_FLUSH_ROWS = Counter("im_read_flush_rows_total", "Cursor rows written by read-cursor batches")
 BAD_FRAMES = Counter("im_bad_frames_total", "WebSocket frames refused", ["code"])
 DEDUPE_CONFLICTS = Counter(
-    "im_dedupe_conflicts_total", "Queued messages not stored because PostgreSQL already held their dedupe key"
+    "im_dedupe_conflicts_total",
+    "Queued messages not stored because PostgreSQL already held their dedupe key",
 )

@@ -13,7 +13,9 @@ from im_server.services import sync
 router = APIRouter(prefix="/v1", tags=["sync"], responses=ERRORS)
 
 
-def _num(request: Request, name: str, default: float, lo: float, hi: float, *, integer: bool = True) -> float:
+def _num(
+    request: Request, name: str, default: float, lo: float, hi: float, *, integer: bool = True
+) -> float:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default

@@ -5,9 +5,10 @@ dropped instead of stalling everyone."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from im_server import metrics
@@ -18,17 +19,40 @@ _ids = itertools.count(1)
 CLOSE_SLOW = 1013  # try again later: the client fell too far behind
 
 
+async def _finish(coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+    """Drive a coroutine that suspended outside any task: wait for what it waits on,
+    resume it, repeat until it returns (what a Task does, for one started send)."""
+    while True:
+        if waiting is None:
+            await asyncio.sleep(0)
+        else:
+            try:
+                await waiting
+            except BaseException:  # noqa: BLE001 - the coroutine sees it when resumed
+                pass
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+
+
 class Conn:
+    """One WebSocket. ``push`` sends at once: the ASGI send of the server completes
+    without suspending while the socket is writable, so no task or queue is involved per
+    frame. When the transport pushes back (a slow reader), frames wait in a bounded
+    backlog drained by a task; a client past the bound is dropped."""
+
     __slots__ = (
         "id",
         "user_id",
         "device_id",
         "token_hash",
-        "queue",
         "_send",
-        "_close",
+        "backlog",
+        "max_backlog",
         "closing",
         "tasks",
+        "_drainer",
     )
 
     def __init__(
@@ -36,44 +60,67 @@ class Conn:
         user_id: int,
         device_id: str,
         token_hash: bytes,
-        send: Callable[[str], Any],
-        close: Callable[[int, str], Any],
-        queue_size: int,
+        send: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+        max_backlog: int,
     ) -> None:
         self.id = next(_ids)
         self.user_id = user_id
         self.device_id = device_id
         self.token_hash = token_hash
-        self.queue: asyncio.Queue[str] = asyncio.Queue(queue_size)
         self._send = send
-        self._close = close
+        self.backlog: collections.deque[str] | None = None
+        self.max_backlog = max_backlog
         self.closing = False
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._drainer: asyncio.Task[None] | None = None
 
     def push(self, text: str) -> bool:
         if self.closing:
             return False
-        try:
-            self.queue.put_nowait(text)
+        if self.backlog is not None:
+            if len(self.backlog) >= self.max_backlog:
+                metrics.DROPPED_SLOW.inc()
+                log.warning("dropping slow connection %d of user %d", self.id, self.user_id)
+                self.close(CLOSE_SLOW, "too slow: send queue full")
+                return False
+            self.backlog.append(text)
             return True
-        except asyncio.QueueFull:
-            metrics.DROPPED_SLOW.inc()
-            log.warning("dropping slow connection %d of user %d", self.id, self.user_id)
-            self.close(CLOSE_SLOW, "too slow: send queue full")
+        coro = self._send({"type": "websocket.send", "text": text})
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return True
+        except Exception:  # noqa: BLE001 - the client is gone
+            self.closing = True
             return False
+        self.backlog = collections.deque()
+        self._drainer = asyncio.get_running_loop().create_task(self._drain(coro, waiting))
+        return True
+
+    async def _drain(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
+        try:
+            await _finish(coro, waiting)
+            while self.backlog and not self.closing:
+                await self._send({"type": "websocket.send", "text": self.backlog.popleft()})
+        except Exception:  # noqa: BLE001
+            self.closing = True
+        finally:
+            self.backlog = None
 
     def close(self, code: int, reason: str = "") -> None:
-        if not self.closing:
-            self.closing = True
-            asyncio.get_running_loop().create_task(self._close(code, reason))
+        if self.closing:
+            return
+        self.closing = True
+        if self._drainer is not None:
+            self._drainer.cancel()
 
-    async def writer(self) -> None:
-        q = self.queue
-        send = self._send
-        while True:
-            text = await q.get()
-            await send(text)
-            metrics.PUSHES.inc()
+        async def _close() -> None:
+            try:
+                await self._send({"type": "websocket.close", "code": code, "reason": reason})
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+        asyncio.get_running_loop().create_task(_close())
 
 
 class Hub:
@@ -118,6 +165,8 @@ class Hub:
             for c in conns:
                 if c.id != exclude_conn and c.push(text):
                     n += 1
+        if n:
+            metrics.PUSHES.inc(n)
         return n
 
     def close_where(self, pred: Callable[[Conn], bool], code: int, reason: str) -> int:

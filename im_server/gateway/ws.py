@@ -1,33 +1,47 @@
-"""The WebSocket endpoint: authenticate, register the connection, turn frames into
-service calls and results into frames. No store access here."""
+"""The WebSocket endpoint, on plain ASGI: authenticate, register the connection, turn
+frames into service calls and results into frames. No store access here.
+
+It sits in front of the FastAPI app (``with_websocket``) rather than inside it: every
+frame then goes straight between uvicorn and this code, without the framework's
+per-message wrappers (the hot path of the server)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-from fastapi import APIRouter, WebSocket
-from starlette.websockets import WebSocketDisconnect, WebSocketState
+from urllib.parse import parse_qs
 
 from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError
 from im_server.gateway.fanout import CLOSE_UNAUTHORIZED, Fanout
 from im_server.gateway.hub import Conn, Hub
-from im_server.ids import parse_conv_id
+from im_server.ids import ConvRef, parse_conv_id
 from im_server.protocol import frames
 from im_server.services import accounts, read, send
 
 log = logging.getLogger("im_server.ws")
-router = APIRouter()
-SEND_QUEUE = 4096
+PATH = "/v1/ws"
+MAX_BACKLOG = 4096
 CLOSE_TOO_MANY = 1008
+CLOSE_TOO_BIG = 1009
+
+ASGIApp = Callable[
+    [
+        dict[str, Any],
+        Callable[[], Awaitable[dict[str, Any]]],
+        Callable[[dict[str, Any]], Awaitable[None]],
+    ],
+    Awaitable[None],
+]
 
 
 class Gateway:
-    """Frame handlers of one process. Services that emit events to other members (read,
-    typing...) register more handlers in ``handlers``."""
+    """Frame handlers of one process."""
 
     def __init__(self, ctx: Context, hub: Hub, fanout: Fanout) -> None:
         self.ctx = ctx
@@ -56,6 +70,8 @@ class Gateway:
         await read.do_typing(self.ctx, conn.user_id, parse_conv_id(frame.get("conv_id")))
 
     def on_send(self, conn: Conn, frame: dict[str, Any]) -> None:
+        """The fast path: validate, queue the script call, and answer from its callback;
+        only an answer that needs more work (or an error) goes to a task."""
         cmid = frame.get("client_msg_id")
         try:
             ref, cmid_s, ctype, content_json = send.check_send(self.ctx, conn.user_id, frame)
@@ -63,39 +79,64 @@ class Gateway:
             metrics.SENDS.labels(e.code).inc()
             conn.push(frames.refused_ack(cmid, e))
             return
-        task = asyncio.get_running_loop().create_task(
-            self._send(conn, ref, cmid_s, ctype, content_json)
+        args = send.new_args(self.ctx, conn.user_id, ref, cmid_s, ctype, content_json)
+        started = time.perf_counter()
+        send.submit(self.ctx, args).add_done_callback(
+            lambda f: self._sent(conn, ref, args, started, f)
         )
-        conn.tasks.add(task)
-        task.add_done_callback(conn.tasks.discard)
 
-    async def _send(self, conn: Conn, ref: Any, cmid: str, ctype: str, content_json: str) -> None:
+    def _sent(
+        self, conn: Conn, ref: ConvRef, args: Any, started: float, fut: asyncio.Future[Any]
+    ) -> None:
+        try:
+            if not fut.exception():
+                out = send.settle(self.ctx, ref, args, fut.result(), conn.id, started)
+                if out is not None:
+                    conn.push(frames.dumps(out))
+                    return
+        except ImError as e:
+            conn.push(frames.refused_ack(args.client_msg_id, e))
+            return
+        except Exception:  # noqa: BLE001 - the slow path reports it
+            log.exception("send fast path failed")
+        self._spawn(conn, self._send_slow(conn, ref, args))
+
+    async def _send_slow(self, conn: Conn, ref: ConvRef, args: Any) -> None:
         try:
             ack = await send.do_send(
-                self.ctx, conn.user_id, ref, cmid, ctype, content_json, exclude_conn=conn.id
+                self.ctx,
+                conn.user_id,
+                ref,
+                args.client_msg_id,
+                args.content_type,
+                args.content_json,
+                exclude_conn=conn.id,
             )
         except ImError as e:
-            conn.push(frames.refused_ack(cmid, e))
+            conn.push(frames.refused_ack(args.client_msg_id, e))
             return
         except Exception as e:  # noqa: BLE001 - never lose the socket over one send
             log.exception("send failed")
             conn.push(
-                frames.refused_ack(cmid, ImError("unavailable", f"send failed: {type(e).__name__}"))
+                frames.refused_ack(
+                    args.client_msg_id, ImError("unavailable", f"send failed: {type(e).__name__}")
+                )
             )
             return
         conn.push(frames.dumps(ack))
 
+    def _spawn(self, conn: Conn, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        conn.tasks.add(task)
+        task.add_done_callback(conn.tasks.discard)
+
     def handle(self, conn: Conn, text: str | bytes) -> None:
         try:
             frame = frames.parse(text)
-            handler = self.handlers.get(frame["type"])
-            if handler is None:
-                raise ImError("bad_request", f"frame type {frame['type']!r} is not supported")
+            handler = self.handlers[frame["type"]]
             result = handler(conn, frame)
-            if asyncio.iscoroutine(result):
-                task = asyncio.get_running_loop().create_task(self._guard(conn, result))
-                conn.tasks.add(task)
-                task.add_done_callback(conn.tasks.discard)
+            if result is not None:
+                self._spawn(conn, self._guard(conn, result))
         except ImError as e:
             metrics.BAD_FRAMES.labels(e.code).inc()
             conn.push(frames.error_frame(e))
@@ -111,77 +152,72 @@ class Gateway:
             conn.push(frames.error_frame(ImError("unavailable", f"failed: {type(e).__name__}")))
 
 
-@router.websocket("/v1/ws")
-async def ws_endpoint(websocket: WebSocket) -> None:
-    ctx: Context = websocket.app.state.ctx
-    gw: Gateway = websocket.app.state.gateway
-    token = websocket.query_params.get("token")
+async def session(gw: Gateway, scope: dict[str, Any], receive: Any, send_: Any) -> None:
+    """One WebSocket, from the handshake to the close."""
+    ctx = gw.ctx
+    if (await receive())["type"] != "websocket.connect":
+        return
+    token = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token") or [None])[0]
     try:
         user_id, device_id = await accounts.authenticate(ctx, token)
     except ImError as e:
-        await websocket.accept()
-        await websocket.close(
-            CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013, e.message[:120]
-        )
+        await send_({"type": "websocket.accept"})
+        code = CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013
+        await send_({"type": "websocket.close", "code": code, "reason": e.message[:120]})
         return
     if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user:
-        await websocket.accept()
-        await websocket.close(CLOSE_TOO_MANY, "too many connections for this user")
+        await send_({"type": "websocket.accept"})
+        await send_(
+            {
+                "type": "websocket.close",
+                "code": CLOSE_TOO_MANY,
+                "reason": "too many connections for this user",
+            }
+        )
         return
-
-    async def _send(text: str) -> None:
-        await websocket.send_text(text)
-
-    async def _close(code: int, reason: str) -> None:
-        try:
-            if websocket.application_state == WebSocketState.CONNECTED:
-                await websocket.close(code, reason)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-
     # registered (and subscribed across processes) before the handshake completes, so a
-    # message sent after the client sees the socket open is never missed; frames pushed
-    # meanwhile wait in the connection's queue
-    conn = Conn(user_id, device_id, accounts.token_hash(token or ""), _send, _close, SEND_QUEUE)
+    # message sent after the client sees the socket open is never missed
+    conn = Conn(user_id, device_id, accounts.token_hash(token or ""), send_, MAX_BACKLOG)
+    conn.backlog = collections.deque()  # frames pushed before the accept wait here
     if gw.hub.add(conn):
         await gw.fanout.subscribe_user(user_id)
     try:
-        await websocket.accept()
-    except Exception:  # noqa: BLE001 - the client left during the handshake
-        if gw.hub.remove(conn):
-            gw.fanout.user_offline(user_id)
-        return
-    writer = asyncio.create_task(_writer(conn))
-    max_frame = ctx.settings.max_frame_bytes
-    try:
+        await send_({"type": "websocket.accept"})
+        while conn.backlog:
+            await send_({"type": "websocket.send", "text": conn.backlog.popleft()})
+        conn.backlog = None
+        max_frame = ctx.settings.max_frame_bytes
+        handle = gw.handle
         while True:
-            msg = await websocket.receive()
-            if msg["type"] == "websocket.disconnect":
+            msg = await receive()
+            if msg["type"] != "websocket.receive":
                 break
             data = msg.get("text")
             if data is None:
                 data = msg.get("bytes") or b""
             if len(data) > max_frame:  # uvicorn enforces it too when started by im-server
-                conn.close(1009, "frame too large")
+                conn.close(CLOSE_TOO_BIG, "frame too large")
                 break
-            gw.handle(conn, data)
-    except WebSocketDisconnect:
-        pass
-    except RuntimeError:  # receive after close
+            handle(conn, data)
+    except Exception:  # noqa: BLE001 - the client went away mid-send
         pass
     finally:
         conn.closing = True
         if gw.hub.remove(conn):
             gw.fanout.user_offline(user_id)
-        writer.cancel()
         # in-flight sends are left to finish: their messages are queued and must still
         # reach the other members; only the ack has nowhere to go
 
 
-async def _writer(conn: Conn) -> None:
-    try:
-        await conn.writer()
-    except asyncio.CancelledError:
-        raise
-    except Exception:  # noqa: BLE001 - the socket is gone; the reader loop ends too
-        conn.closing = True
+def with_websocket(api: Any) -> ASGIApp:
+    """The server's ASGI app: ``/v1/ws`` here, everything else to the FastAPI app."""
+
+    async def app(scope: dict[str, Any], receive: Any, send_: Any) -> None:
+        if scope["type"] == "websocket" and scope["path"] == PATH:
+            await session(api.state.gateway, scope, receive, send_)
+        else:
+            await api(scope, receive, send_)
+
+    app.api = api  # type: ignore[attr-defined]
+    app.state = api.state  # type: ignore[attr-defined]
+    return app

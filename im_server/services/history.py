@@ -75,6 +75,11 @@ async def get_history(
     return {"messages": msgs, "min_seq": win.lo, "max_seq": win.hi, "is_end": is_end}
 
 
+def m_end(m: MemberRow) -> int:
+    """The last seq a member may ever see: its window end, open for active members."""
+    return m.max_seq if m.max_seq is not None else INF
+
+
 async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[str, Any]:
     """The sender, within the recall window, replaces a message by a ``recall`` notice:
     the notice goes through the send pipeline (pushed to everyone, stored with its own
@@ -89,7 +94,11 @@ async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[
         async with ctx.db.connect() as conn:
             conv, m = await load_member(conn, ref, user_id)
             win = window(conv, m)
-            msg = await messages.message_at(conn, ref.conv_id, seq) if win.lo <= seq else None
+            msg = (
+                await messages.message_at(conn, ref.conv_id, seq)
+                if win.lo <= seq <= max(win.hi, m_end(m))
+                else None
+            )
         if msg is not None or seq > win.hi + ctx.settings.seq_block_size:
             break
         await asyncio.sleep(0.05)
@@ -106,4 +115,8 @@ async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[
             "forbidden", f"messages can be recalled for {ctx.settings.recall_window_seconds} s"
         )
     ack = await send.send_system(ctx, user_id, ref, "recall", {"seq": seq})
+    # blank it now (the persister does it again when it stores the notice; doing it here
+    # too covers several persisters storing the original and the notice concurrently)
+    async with ctx.db.begin() as conn:
+        await messages.blank_recalled(conn, [(ref.conv_id, seq)])
     return {"conv_id": ref.conv_id, "seq": seq, "recall_seq": ack["seq"]}

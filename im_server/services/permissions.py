@@ -43,3 +43,16 @@ async def permissions_changed(ctx: Context, conv_ids: list[str]) -> None:
     for c in conv_ids:
         ctx.members_cache.drop(c)
         ctx.events.invalidate("members", c)
+
+
+async def send_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
+    """'ok' or the refusal code for ``user_id`` sending in ``ref`` (the cache the send
+    script reads, filled when cold); 'ok' when the lookup fails (fail open)."""
+    try:
+        st = await ctx.redis.perm_status(ref.conv_id, user_id)
+        if st is None:
+            await load_send_permissions(ctx, ref, await ctx.redis.perm_epoch(ref.conv_id))
+            st = await ctx.redis.perm_status(ref.conv_id, user_id)
+    except Exception:  # noqa: BLE001
+        return "ok"
+    return st or "ok"

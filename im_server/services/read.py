@@ -10,7 +10,7 @@ import orjson
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import ConvRef, parse_conv_id
-from im_server.services import members
+from im_server.services import members, permissions
 from im_server.storage import cursors, messages
 from im_server.storage.cursors import CursorResult
 
@@ -58,6 +58,10 @@ async def do_typing(ctx: Context, user_id: int, ref: ConvRef) -> None:
     users = await members.recipients(ctx, ref)
     if user_id not in users:
         raise ImError("not_member", "you are not a member of this conversation")
+    if ref.kind == "single":  # typing needs the same rights as sending
+        status = await permissions.send_status(ctx, ref, user_id)
+        if status != "ok":
+            raise ImError(status, "you cannot write to this user")
     frame = orjson.dumps({"type": "typing", "conv_id": ref.conv_id, "user_id": user_id}).decode()
     ctx.events.push([u for u in users if u != user_id], frame)
 

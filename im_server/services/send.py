@@ -4,6 +4,7 @@ the ack, then the fan-out (off the sender's path). The persister writes PostgreS
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -11,6 +12,7 @@ import uuid
 from typing import Any
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from im_server import metrics
@@ -74,14 +76,80 @@ def ack(conv_id: str, cmid: str, seq: int, server_time: int, duplicate: bool) ->
     }
 
 
+_OK = metrics.SENDS.labels("ok")
+_DUP = metrics.SENDS.labels("duplicate")
+
+
+def new_args(
+    ctx: Context, sender_id: int, ref: ConvRef, cmid: str, ctype: str, content_json: str
+) -> SendArgs:
+    return SendArgs(
+        conv_id=ref.conv_id,
+        sender_id=sender_id,
+        client_msg_id=cmid,
+        content_type=ctype,
+        content_json=content_json,
+        server_time=int(time.time() * 1000),
+        partition=keys.partition_of(ref.conv_id, ctx.settings.stream_partitions),
+    )
+
+
+def submit(ctx: Context, args: SendArgs) -> asyncio.Future[Any]:
+    """Queue the script call; sends arriving together share one round trip."""
+    return ctx.send_batcher.submit(args)  # type: ignore[no-any-return]
+
+
+def settle(
+    ctx: Context,
+    ref: ConvRef,
+    args: SendArgs,
+    r: list[Any],
+    exclude_conn: int | None,
+    started: float,
+) -> dict[str, Any] | None:
+    """The ack for a final script answer (and the fan-out of a new message); raises the
+    refusal; None when the answer asks for work first (the slow path in ``do_send``)."""
+    status = r[0]
+    if status == "ok":
+        seq, ts = int(r[1]), int(r[2])
+        if int(r[3]):
+            seqs.refill_soon(ctx, ref)
+        _OK.inc()
+        metrics.SEND_LATENCY.observe(time.perf_counter() - started)
+        fan_out(
+            ctx,
+            ref,
+            seq,
+            args.sender_id,
+            args.client_msg_id,
+            args.content_type,
+            args.content_json,
+            ts,
+            exclude_conn,
+        )
+        return ack(ref.conv_id, args.client_msg_id, seq, ts, False)
+    if status == "dup":
+        conv_id, seq_s, ts_s = str(r[1]).split("|")
+        _DUP.inc()
+        return ack(conv_id, args.client_msg_id, int(seq_s), int(ts_s), True)
+    if status == "denied":
+        metrics.SENDS.labels(str(r[1])).inc()
+        raise ImError(str(r[1]), _DENIED.get(str(r[1]), str(r[1])))
+    return None
+
+
 async def _run_script(ctx: Context, args: SendArgs) -> list[Any]:
+    """One call of the send script. A connection error is retried once: a pooled
+    connection may have died with a restarted Redis, and a repeat is safe because the
+    script dedupes (sender, client_msg_id)."""
     try:
-        res = await ctx.send_batcher.submit(args)
+        try:
+            res = await submit(ctx, args)
+        except (RedisConnectionError, ConnectionError):
+            res = await submit(ctx, args)
     except (TimeoutError, RedisError, OSError) as e:
         metrics.STORE_ERRORS.labels("redis").inc()
         raise unavailable("the message queue is unavailable, try again") from e
-    if isinstance(res, Exception):
-        raise unavailable("the message queue is unavailable, try again") from res
     return res  # type: ignore[no-any-return]
 
 
@@ -96,36 +164,18 @@ async def do_send(
     exclude_conn: int | None = None,
     skip_perm: bool = False,
 ) -> dict[str, Any]:
-    """Queue one message and fan it out; returns the ack body. Raises ImError on refusal."""
+    """Queue one message and fan it out; returns the ack body. Raises ImError on refusal.
+    Handles every answer of the script, the slow ones too (permissions to load, a seq
+    block to reserve, a Redis that lost its data, a dedupe to ask PostgreSQL about)."""
     started = time.perf_counter()
-    args = SendArgs(
-        conv_id=ref.conv_id,
-        sender_id=sender_id,
-        client_msg_id=cmid,
-        content_type=ctype,
-        content_json=content_json,
-        server_time=int(time.time() * 1000),
-        partition=keys.partition_of(ref.conv_id, ctx.settings.stream_partitions),
-        skip_perm=skip_perm,
-    )
+    args = new_args(ctx, sender_id, ref, cmid, ctype, content_json)
+    args.skip_perm = skip_perm
     for _ in range(_MAX_ATTEMPTS):
         r = await _run_script(ctx, args)
+        out = settle(ctx, ref, args, r, exclude_conn, started)
+        if out is not None:
+            return out
         status = r[0]
-        if status == "ok":
-            seq, ts = int(r[1]), int(r[2])
-            if len(r) > 3 and int(r[3]):
-                seqs.refill_soon(ctx, ref)
-            metrics.SENDS.labels("ok").inc()
-            metrics.SEND_LATENCY.observe(time.perf_counter() - started)
-            await fan_out(ctx, ref, seq, sender_id, cmid, ctype, content_json, ts, exclude_conn)
-            return ack(ref.conv_id, cmid, seq, ts, False)
-        if status == "dup":
-            conv_id, seq_s, ts_s = str(r[1]).split("|")
-            metrics.SENDS.labels("duplicate").inc()
-            return ack(conv_id, cmid, int(seq_s), int(ts_s), True)
-        if status == "denied":
-            metrics.SENDS.labels(str(r[1])).inc()
-            raise ImError(str(r[1]), _DENIED.get(str(r[1]), str(r[1])))
         try:
             if status == "perm_cold":
                 if not await permissions.load_send_permissions(ctx, ref, str(r[1])):
@@ -139,7 +189,7 @@ async def do_send(
                 if found is not None:
                     conv_id, seq, ts = found
                     await ctx.redis.set_dedupe(sender_id, cmid, f"{conv_id}|{seq}|{ts}")
-                    metrics.SENDS.labels("duplicate").inc()
+                    _DUP.inc()
                     return ack(conv_id, cmid, seq, ts, True)
                 args.skip_cold = True
             else:
@@ -194,7 +244,7 @@ def message_frame(
     return '{"type":"message","message":' + head[:-1] + ',"content":' + content_json + "}}"
 
 
-async def fan_out(
+def fan_out(
     ctx: Context,
     ref: ConvRef,
     seq: int,
@@ -205,17 +255,21 @@ async def fan_out(
     ts: int,
     exclude_conn: int | None,
 ) -> None:
+    """Push the message to every device of every member but ``exclude_conn``; at once
+    when the members are cached, else after loading them (off the sender's path)."""
     frame = message_frame(ref.conv_id, seq, sender_id, cmid, ctype, content_json, ts)
     users = members.cached_recipients(ctx, ref)
     if users is not None:
         ctx.events.push(users, frame, exclude_conn)
         return
-    try:
-        users = await members.recipients(ctx, ref)
-    except Exception as e:  # noqa: BLE001 - the message is queued; devices catch up by sync
-        log.warning("fan-out of %s/%d skipped, members unknown: %r", ref.conv_id, seq, e)
-        return
-    ctx.events.push(users, frame, exclude_conn)
+
+    async def _later() -> None:
+        try:
+            ctx.events.push(await members.recipients(ctx, ref), frame, exclude_conn)
+        except Exception as e:  # noqa: BLE001 - the message is queued; devices catch up by sync
+            log.warning("fan-out of %s/%d skipped, members unknown: %r", ref.conv_id, seq, e)
+
+    ctx.spawn(_later())
 
 
 async def send_system(

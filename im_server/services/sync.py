@@ -23,7 +23,11 @@ async def _page(ctx: Context, user_id: int, since: int, limit: int, recent: int)
             # cut at a version boundary: a state left out must have a higher version
             # than the one handed back, or the next call would skip it
             boundary = changed[limit - 1][1]
-            page = [c for c in changed[:limit] if c[1] < boundary] if changed[limit][1] == boundary else changed[:limit]
+            page = (
+                [c for c in changed[:limit] if c[1] < boundary]
+                if changed[limit][1] == boundary
+                else changed[:limit]
+            )
             if not page:  # one version holds more than `limit` states: return them all
                 page, _ = await sync.changed_since(conn, user_id, boundary - 1, 1_000_000)
                 page = [c for c in page if c[1] == boundary]
@@ -34,7 +38,10 @@ async def _page(ctx: Context, user_id: int, since: int, limit: int, recent: int)
         if not page:
             return {"version": since, "conversations": [], "has_more": False}
         ids = [c for c, _ in page]
-        states = {s["conv_id"]: s for s in await conversations.states(conn, user_id, conv_ids=ids, include_hidden=True)}
+        states = {
+            s["conv_id"]: s
+            for s in await conversations.states(conn, user_id, conv_ids=ids, include_hidden=True)
+        }
         windows = [(c, states[c]["min_seq"], states[c]["max_seq"]) for c in ids if c in states]
         msgs = await sync.recent_messages(conn, windows, recent)
     out = []

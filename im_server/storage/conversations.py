@@ -151,7 +151,9 @@ async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
 
 async def active_members_of(conn: AsyncConnection, conv_ids: list[str]) -> list[int]:
     r = await conn.execute(
-        text("SELECT DISTINCT user_id FROM conv_members WHERE conv_id = ANY(:c) AND max_seq IS NULL"),
+        text(
+            "SELECT DISTINCT user_id FROM conv_members WHERE conv_id = ANY(:c) AND max_seq IS NULL"
+        ),
         {"c": conv_ids},
     )
     return [int(x) for x in r.scalars()]

@@ -22,15 +22,49 @@ class NewMessage:
     server_time: int
 
 
-async def insert_batch(conn: AsyncConnection, batch: list[NewMessage]) -> int:
-    """Insert many messages in one statement; rows already there are skipped, so a batch
-    replayed after a crash changes nothing. Returns the number of rows inserted."""
+async def persist_batch(
+    conn: AsyncConnection,
+    batch: list[NewMessage],
+    recalled_here: set[tuple[str, int]],
+    blank: list[tuple[str, int]],
+) -> tuple[int, int]:
+    """Write a batch in ONE statement (one round trip, autocommit): take the next sync
+    version, insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes
+    nothing; originals recalled within the batch go in blanked), blank the earlier
+    originals of recall notices, and raise each conversation's persisted max_seq and
+    version. Returns (version, rows inserted)."""
+    tops: dict[str, int] = {}
+    for m in batch:
+        if m.seq > tops.get(m.conv_id, 0):
+            tops[m.conv_id] = m.seq
+    convs = sorted(tops)  # a fixed lock order across persisters
     r = await conn.execute(
         text(
-            "INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time) "
-            "SELECT c, q, s, m, t, b::jsonb, ts FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[]), "
-            "CAST(:s AS bigint[]), CAST(:m AS text[]), CAST(:t AS text[]), CAST(:b AS text[]), "
-            "CAST(:ts AS bigint[])) AS x(c, q, s, m, t, b, ts) ON CONFLICT DO NOTHING"
+            """
+            WITH ver AS (
+                UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
+            ), ins AS (
+                INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled)
+                SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc
+                  FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[]), CAST(:s AS bigint[]), CAST(:m AS text[]),
+                              CAST(:t AS text[]), CAST(:b AS text[]), CAST(:ts AS bigint[]), CAST(:rc AS boolean[]))
+                       AS x(c, q, s, m, t, b, ts, rc)
+                ON CONFLICT DO NOTHING
+                RETURNING 1
+            ), blank AS (
+                UPDATE messages m SET content = NULL, recalled = true
+                  FROM unnest(CAST(:bc AS text[]), CAST(:bq AS bigint[])) AS r(c, q)
+                 WHERE m.conv_id = r.c AND m.seq = r.q
+            ), conv AS (
+                INSERT INTO conversations (conv_id, conv_type, max_seq, seq_reserved, version, created_at)
+                SELECT c, CASE WHEN left(c, 2) = 'g:' THEN 2 ELSE 1 END, q, q, (SELECT version FROM ver),
+                       (extract(epoch from now()) * 1000)::bigint
+                  FROM unnest(CAST(:tc AS text[]), CAST(:tq AS bigint[])) AS y(c, q)
+                ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
+                    seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
+            )
+            SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
+            """
         ),
         {
             "c": [m.conv_id for m in batch],
@@ -40,25 +74,15 @@ async def insert_batch(conn: AsyncConnection, batch: list[NewMessage]) -> int:
             "t": [m.content_type for m in batch],
             "b": [m.content_json for m in batch],
             "ts": [m.server_time for m in batch],
+            "rc": [(m.conv_id, m.seq) in recalled_here for m in batch],
+            "bc": [x[0] for x in blank],
+            "bq": [x[1] for x in blank],
+            "tc": convs,
+            "tq": [tops[c] for c in convs],
         },
     )
-    return r.rowcount or 0
-
-
-async def advance_conversations(conn: AsyncConnection, tops: dict[str, int], version: int) -> None:
-    """Raise each conversation's persisted max_seq and stamp the batch's sync version."""
-    convs = list(tops)
-    await conn.execute(
-        text(
-            "INSERT INTO conversations (conv_id, conv_type, max_seq, seq_reserved, version, created_at) "
-            "SELECT c, CASE WHEN left(c, 2) = 'g:' THEN 2 ELSE 1 END, q, q, :v, "
-            "(extract(epoch from now()) * 1000)::bigint "
-            "FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[])) AS x(c, q) "
-            "ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq), "
-            "seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = :v"
-        ),
-        {"c": convs, "q": [tops[c] for c in convs], "v": version},
-    )
+    version, inserted = r.one()
+    return int(version), int(inserted)
 
 
 async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:

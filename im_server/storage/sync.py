@@ -53,7 +53,12 @@ async def recent_messages(
                  ORDER BY seq DESC LIMIT :n) x
             """
         ),
-        {"c": [w[0] for w in windows], "lo": [w[1] for w in windows], "hi": [w[2] for w in windows], "n": per_conv},
+        {
+            "c": [w[0] for w in windows],
+            "lo": [w[1] for w in windows],
+            "hi": [w[2] for w in windows],
+            "n": per_conv,
+        },
     )
     for row in r:
         out[row[0]].append(message_dict(row))

@@ -16,14 +16,15 @@ from im_server import metrics
 from im_server.context import Context
 from im_server.services import notify
 from im_server.storage import messages
-from im_server.storage.db import next_version_txn
 from im_server.storage.messages import NewMessage
 from im_server.storage.redis import keys
 
 log = logging.getLogger("im_server.persister")
 
 
-def decode(fields: dict[str, str]) -> NewMessage:
+def decode(fields: dict[str, str] | list[str]) -> NewMessage:
+    if isinstance(fields, list):  # the raw reply: [name, value, name, value, ...]
+        fields = dict(zip(fields[::2], fields[1::2], strict=True))
     return NewMessage(
         conv_id=fields["c"],
         seq=int(fields["q"]),
@@ -133,9 +134,13 @@ class Persister:
             missing = await messages.absent(conn, [(m.conv_id, m.seq) for m in batch])
         for conv_id, seq in missing:
             metrics.DEDUPE_CONFLICTS.inc()
-            log.error("message %s/%d repeats an older (sender, client_msg_id) and was not stored", conv_id, seq)
+            log.error(
+                "message %s/%d repeats an older (sender, client_msg_id) and was not stored",
+                conv_id,
+                seq,
+            )
 
-    async def _persist(self, stream_key: str, entries: list[tuple[str, dict[str, str]]]) -> None:
+    async def _persist(self, stream_key: str, entries: list[tuple[str, Any]]) -> None:
         batch: list[NewMessage] = []
         bad: list[str] = []
         for entry_id, fields in entries:
@@ -145,30 +150,28 @@ class Persister:
                 log.error("dropping malformed stream entry %s: %r", entry_id, fields)
                 bad.append(entry_id)
         if batch:
-            tops: dict[str, int] = {}
-            recalls: list[tuple[str, int]] = []
+            targets: set[tuple[str, int]] = set()
             for m in batch:
-                if m.seq > tops.get(m.conv_id, 0):
-                    tops[m.conv_id] = m.seq
                 if m.content_type == "recall":
                     target = orjson.loads(m.content_json).get("seq")
                     if isinstance(target, int):
-                        recalls.append((m.conv_id, target))
-            async with self.ctx.db.begin() as conn:
-                version = await next_version_txn(conn)
-                inserted = await messages.insert_batch(conn, batch)
-                await messages.blank_recalled(conn, recalls)
-                await messages.advance_conversations(conn, tops, version)
+                        targets.add((m.conv_id, target))
+            here = {(m.conv_id, m.seq) for m in batch} & targets
+            async with self.ctx.db.connect() as c:
+                conn = await c.execution_options(isolation_level="AUTOCOMMIT")
+                version, inserted = await messages.persist_batch(
+                    conn, batch, here, sorted(targets - here)
+                )
             now_ms = time.time() * 1000
             metrics.PERSISTED.inc(inserted)
             metrics.PERSIST_BATCH.observe(len(batch))
             for m in batch:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))
             if inserted < len(batch):
-                log.debug(
-                    "%d of %d entries were already persisted", len(batch) - inserted, len(batch)
-                )
-            self.ctx.spawn(notify.conversations_changed(self.ctx, list(tops)))
+                await self._check_conflicts(batch)
+            self.ctx.spawn(
+                notify.conversations_changed(self.ctx, sorted({m.conv_id for m in batch}))
+            )
             for cb in self.on_commit:
                 try:
                     cb(batch, version)

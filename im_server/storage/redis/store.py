@@ -32,6 +32,10 @@ class SendArgs:
     skip_cold: bool = False
 
 
+def _raw(response: Any, **options: Any) -> Any:
+    return response
+
+
 class RedisStore:
     """One client (connection pool) plus the scripts; tracks the server's run id so a
     restarted Redis is noticed before any command runs on a new connection."""
@@ -54,7 +58,9 @@ class RedisStore:
             max_connections=64,
             health_check_interval=0,
         )
-        self._send = self.client.register_script((_SCRIPTS / "send.lua").read_text())
+        # the persister parses stream entries itself (cheaper than the generic callback)
+        self.client.set_response_callback("XREADGROUP", _raw)  # type: ignore[arg-type]
+        self._send = self.client.register_script((_SCRIPTS / "send_batch.lua").read_text())
         self._extend = self.client.register_script((_SCRIPTS / "extend_seq.lua").read_text())
         self._load_perm = self.client.register_script((_SCRIPTS / "load_perm.lua").read_text())
 
@@ -81,42 +87,26 @@ class RedisStore:
 
     # ---- send ----------------------------------------------------------------------------
 
-    def _send_keys_args(self, a: SendArgs, cold: bool) -> tuple[list[str], list[Any]]:
-        k = [
-            keys.dedupe(a.sender_id, a.client_msg_id),
-            keys.seq(a.conv_id),
-            keys.perm(a.conv_id),
-            keys.stream(a.partition),
-            keys.BOOT,
-            keys.perm_epoch(a.conv_id),
-        ]
-        v = [
-            a.conv_id,
-            a.sender_id,
-            a.client_msg_id,
-            a.content_type,
-            a.content_json,
-            a.server_time,
-            self.run_id,
-            "1" if a.skip_perm else "0",
-            "1" if a.skip_cold else "0",
-            "1" if cold else "0",
-            self.dedupe_ttl,
-            self.low_water,
-        ]
-        return k, v
-
     async def send_many(self, items: list[SendArgs]) -> list[list[Any]]:
-        """Run the atomic send script for each item, all in one pipelined round trip."""
-        cold = self.cold_until > time.time() * 1000
-        if len(items) == 1:
-            k, v = self._send_keys_args(items[0], cold)
-            return [await self._send(keys=k, args=v)]
-        pipe = self.client.pipeline(transaction=False)
-        for a in items:
-            k, v = self._send_keys_args(a, cold)
-            await self._send(keys=k, args=v, client=pipe)
-        return list(await pipe.execute(raise_on_error=False))
+        """Run the atomic send script for all items: one call per stream partition in the
+        batch (one round trip when they share one), answers in the items' order."""
+        cold = "1" if self.cold_until > time.time() * 1000 else "0"
+        by_part: dict[int, list[int]] = {}
+        for i, a in enumerate(items):
+            by_part.setdefault(a.partition, []).append(i)
+        out: list[list[Any]] = [[] for _ in items]
+        for part, idxs in by_part.items():
+            v: list[Any] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
+            for i in idxs:
+                a = items[i]
+                v.append(
+                    f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"
+                    f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
+                )
+            res = await self._send(keys=[keys.stream(part), keys.BOOT], args=v)
+            for i, r in zip(idxs, res, strict=True):
+                out[i] = r
+        return out
 
     async def extend_seq(
         self, conv_id: str, old_reserved: int, new_reserved: int
@@ -181,6 +171,17 @@ class RedisStore:
         r = await self._load_perm(keys=[keys.perm(conv_id), keys.perm_epoch(conv_id)], args=args)
         return bool(r)
 
+    async def perm_status(self, conv_id: str, user_id: int) -> str | None:
+        """The cached send permission: 'ok', a refusal code, 'not_member' when the cache
+        is loaded without the user, None when the cache is cold."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(keys.perm(conv_id), str(user_id))
+        pipe.hexists(keys.perm(conv_id), "_l")
+        st, loaded = await pipe.execute()
+        if st is not None:
+            return str(st)
+        return "not_member" if loaded else None
+
     async def perm_epoch(self, conv_id: str) -> str:
         return str(await self.client.get(keys.perm_epoch(conv_id)) or "0")
 
@@ -207,11 +208,14 @@ class RedisStore:
 
     async def read_group(
         self, partitions: list[int], consumer: str, count: int, block_ms: int, pending: bool = False
-    ) -> list[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    ) -> list[tuple[str, list[tuple[str, list[str] | None]]]]:
+        """[(stream, [(entry id, [field, value, ...] or None if deleted)])]."""
         streams: dict[Any, Any] = {keys.stream(p): ("0" if pending else ">") for p in partitions}
         r = await self.client.xreadgroup(
             keys.GROUP, consumer, streams, count=count, block=None if pending else block_ms
         )
+        if isinstance(r, dict):  # redis-py 8 shapes the reply as {stream: entries}
+            return list(r.items())  # type: ignore[arg-type]
         return list(r or [])  # type: ignore[arg-type]
 
     async def autoclaim(

@@ -1,0 +1,88 @@
+-- Atomic sends, many per call: for each send, dedupe (sender, client_msg_id), check the
+-- sender's permission, allocate the conversation's next seq and queue the message on the
+-- stream. One round trip for a whole batch of sends arriving together.
+-- KEYS[1] stream      im:stream:{p<partition>} (one partition per call)
+-- KEYS[2] boot marker im:boot
+-- Per send, the script derives its keys from the conversation (all in the
+-- conversation's {conv_id} slot, except the dedupe key):
+--   im:dd:<sender>:<client_msg_id>  dedupe         ("conv|seq|server_time", with a TTL)
+--   im:seq:{conv}                   seq hash        fields cur, lim, rid
+--   im:perm:{conv}                  permission hash field <user_id> -> "ok" | code; "_l" = loaded
+--   im:pe:{conv}                    permission epoch
+-- ARGV[1] redis_run_id, ARGV[2] cold ("1": dedupe may be missing here, ask PostgreSQL
+-- first), ARGV[3] dedupe_ttl_seconds, ARGV[4] low_water (refill the seq block in the
+-- background when fewer seqs than this remain), then one value per send: its fields
+-- joined by NUL: conv_id, sender_id, client_msg_id, content_type, content_json,
+-- server_time, skip_perm ("1" = lookup failed, fail open), skip_cold ("1" = PostgreSQL
+-- was asked). (JSON text never holds a raw NUL, nor do the other fields.)
+-- Returns one entry per send:
+--   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
+--   {"dup", "conv|seq|server_time"} a repeat of an earlier send
+--   {"denied", code}                not_friends | blocked | not_member
+--   {"perm_cold", epoch}            load the permission hash, then call again
+--   {"need_block"}                  reserve a seq block in PostgreSQL, then call again
+--   {"reset"}                       this Redis lost its data (no boot marker)
+--   {"check_pg"}                    look for the dedupe key in PostgreSQL, then call again
+local function split(s)
+  local f, i = {}, 1
+  while true do
+    local j = string.find(s, '\0', i, true)
+    if not j then
+      f[#f + 1] = string.sub(s, i)
+      return f
+    end
+    f[#f + 1] = string.sub(s, i, j - 1)
+    i = j + 1
+  end
+end
+
+local out = {}
+local booted = redis.call('EXISTS', KEYS[2]) == 1
+for i = 5, #ARGV do
+  local a = split(ARGV[i])
+  local conv, sender, cmid, ts = a[1], a[2], a[3], a[6]
+  local kdd = 'im:dd:' .. sender .. ':' .. cmid
+  local kseq = 'im:seq:{' .. conv .. '}'
+  local kperm = 'im:perm:{' .. conv .. '}'
+  local res
+  local dup = redis.call('GET', kdd)
+  if dup then
+    res = {'dup', dup}
+  elseif not booted then
+    res = {'reset'}
+  else
+    if a[7] ~= '1' then
+      local st = redis.call('HGET', kperm, sender)
+      if not st then
+        if redis.call('HEXISTS', kperm, '_l') == 0 then
+          res = {'perm_cold', redis.call('GET', 'im:pe:{' .. conv .. '}') or '0'}
+        else
+          res = {'denied', 'not_member'}
+        end
+      elseif st ~= 'ok' then
+        res = {'denied', st}
+      end
+    end
+    if not res and ARGV[2] == '1' and a[8] ~= '1' then
+      res = {'check_pg'}
+    end
+    if not res then
+      local s = redis.call('HMGET', kseq, 'cur', 'lim', 'rid')
+      if not s[1] or not s[2] or s[3] ~= ARGV[1] or tonumber(s[1]) >= tonumber(s[2]) then
+        res = {'need_block'}
+      else
+        local seq = redis.call('HINCRBY', kseq, 'cur', 1)
+        redis.call('XADD', KEYS[1], '*', 'c', conv, 'q', seq, 's', sender, 'm', cmid,
+          't', a[4], 'b', a[5], 'ts', ts)
+        redis.call('SET', kdd, conv .. '|' .. seq .. '|' .. ts, 'EX', tonumber(ARGV[3]))
+        local low = 0
+        if tonumber(s[2]) - seq < tonumber(ARGV[4]) then
+          low = 1
+        end
+        res = {'ok', seq, ts, low}
+      end
+    end
+  end
+  out[#out + 1] = res
+end
+return out

@@ -1,0 +1,102 @@
+// Small DOM and formatting helpers shared by the UI modules.
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'value') el.value = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c == null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export const $ = (sel, root = document) => root.querySelector(sel);
+
+/** Set text only when it changed (keeps selections and avoids layout work). */
+export function setText(el, text) {
+  if (el.textContent !== text) el.textContent = text;
+}
+
+export function setAttr(el, name, value) {
+  if (value == null || value === false) {
+    if (el.hasAttribute(name)) el.removeAttribute(name);
+  } else if (el.getAttribute(name) !== String(value)) {
+    el.setAttribute(name, String(value));
+  }
+}
+
+export function fmtTime(ms) {
+  if (!ms) return '';
+  const d = new Date(ms);
+  return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+}
+
+export function fmtDay(ms) {
+  const d = new Date(ms);
+  const today = new Date();
+  const yesterday = new Date(Date.now() - 86400000);
+  if (d.toDateString() === today.toDateString()) return 'Today';
+  if (d.toDateString() === yesterday.toDateString()) return 'Yesterday';
+  return d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'short', year: 'numeric' });
+}
+
+/** Short time for the conversation list: the hour today, else the date. */
+export function fmtListTime(ms) {
+  if (!ms) return '';
+  const d = new Date(ms);
+  if (d.toDateString() === new Date().toDateString()) return fmtTime(ms);
+  return d.toLocaleDateString([], { day: 'numeric', month: 'short' });
+}
+
+export function initials(name) {
+  const parts = String(name || '?').replace(/[^\p{L}\p{N} ]/gu, ' ').trim().split(/\s+/);
+  const s = parts.length > 1 ? parts[0][0] + parts[1][0] : (parts[0] || '?').slice(0, 2);
+  return s.toUpperCase();
+}
+
+const HUES = [210, 260, 330, 20, 150, 190, 45, 290];
+export function hueFor(key) {
+  let x = 0;
+  for (const ch of String(key)) x = (x * 31 + ch.charCodeAt(0)) >>> 0;
+  return HUES[x % HUES.length];
+}
+
+export function avatar(name, key, extraClass = '') {
+  const el = h('div', { class: `avatar ${extraClass}`.trim(), 'aria-hidden': 'true' }, initials(name));
+  el.style.setProperty('--hue', hueFor(key));
+  return el;
+}
+
+/** One line describing a message, for previews and notices. */
+export function describe(m, store) {
+  if (!m) return '';
+  if (m.recalled) return 'message recalled';
+  if (m.content_type === 'recall') return `${cap(store.nameOf(m.sender_id))} recalled a message`;
+  if (m.content_type === 'system') return systemText(m, store);
+  if (m.content && typeof m.content.text === 'string') return m.content.text;
+  return `[${m.content_type}]`;
+}
+
+export function systemText(m, store) {
+  const c = m.content || {};
+  const actor = cap(store.nameOf(c.actor ?? m.sender_id));
+  const users = (c.user_ids || []).map((u) => store.nameOf(u)).join(', ');
+  switch (c.event) {
+    case 'members_added': return `${actor} added ${users}${c.with_history ? ' (with history)' : ''}`;
+    case 'member_kicked': return `${actor} removed ${users}`;
+    case 'member_left': return `${cap(store.nameOf((c.user_ids || [])[0] ?? c.actor))} left the group`;
+    default: return c.event ? String(c.event).replace(/_/g, ' ') : 'group updated';
+  }
+}
+
+export function cap(s) {
+  s = String(s);
+  return s === 'you' ? 'You' : s;
+}

@@ -1,0 +1,480 @@
+// The catch-up engine: the recipe of docs/protocol.md (and im_server/client_sync.py).
+// 1. open the WebSocket first; 2. GET /v1/sync from the last version (looping while
+// has_more) and adopt each conversation's state and newest messages; 3. pull the seq
+// ranges the client lacks with history; a pushed message that skips seqs triggers a
+// pull of the gap. Messages are stored once per (conv_id, seq) by the Store.
+// Between reconnects a long-polling sync keeps states (new conversations, cursors,
+// unread counts) fresh; friend requests are polled (the server pushes none).
+
+import { COUNTABLE } from './store.js';
+
+const PAGE = 200;
+const MAX_GAP = 1000;          // beyond this, restart the segment at the newest seqs
+const LONG_POLL_S = 25;
+const GAP_RETRY_MS = [60, 120, 250, 500, 1000, 2000];
+const REQUESTS_EVERY_MS = 5000;
+const ACK_TIMEOUT_MS = 8000;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export function newId() {
+  if (globalThis.crypto && crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+export class Engine {
+  constructor(api, store, socket) {
+    this.api = api;
+    this.store = store;
+    this.socket = socket;
+    this.running = false;
+    this.pulling = new Map();      // conv_id -> promise of the running gap pull
+    this.pullAgain = new Set();
+    this.pullTimers = new Map();
+    this.deliverTimers = new Map();
+    this.ackTimers = new Map();
+    this.pollAbort = null;
+    this.wake = null;
+    this.friendsAt = 0;
+    this.syncing = null;
+    this.onFrame = (e) => this.frame(e.detail);
+    this.onOpen = () => this.connected();
+    this.onStatus = (e) => {
+      this.store.connection = e.detail;
+      // no socket, no sync: what the long poll would bring waits for the reconnect
+      if (e.detail !== 'open' && this.pollAbort) this.pollAbort.abort();
+      this.store.changed('connection');
+    };
+    this.onVisible = () => this.readOpen();
+  }
+
+  start() {
+    this.running = true;
+    this.socket.addEventListener('frame', this.onFrame);
+    this.socket.addEventListener('open', this.onOpen);
+    this.socket.addEventListener('status', this.onStatus);
+    document.addEventListener('visibilitychange', this.onVisible);
+    window.addEventListener('focus', this.onVisible);
+    this.socket.start();
+    this.loadFriends().catch(() => {});
+    this.loadRequests().catch(() => {});
+    this.syncLoop();
+    this.requestsTimer = setInterval(() => {
+      if (this.store.connection === 'open') this.loadRequests().catch(() => {});
+    }, REQUESTS_EVERY_MS);
+    this.typingTimer = setInterval(() => this.expireTyping(), 1000);
+  }
+
+  stop() {
+    this.running = false;
+    if (this.wake) this.wake();
+    this.socket.removeEventListener('frame', this.onFrame);
+    this.socket.removeEventListener('open', this.onOpen);
+    this.socket.removeEventListener('status', this.onStatus);
+    document.removeEventListener('visibilitychange', this.onVisible);
+    window.removeEventListener('focus', this.onVisible);
+    this.socket.stop();
+    clearInterval(this.requestsTimer);
+    clearInterval(this.typingTimer);
+    if (this.pollAbort) this.pollAbort.abort();
+    for (const t of this.ackTimers.values()) clearTimeout(t);
+  }
+
+  // ---- connection ----------------------------------------------------------------
+
+  connected() {
+    // resend what was never acked (same client_msg_id: the server dedupes)
+    for (const c of this.store.convs.values()) {
+      for (const p of c.pending.values()) if (p.state === 'sending') this.transmit(p);
+    }
+    this.kickSync();
+    this.loadRequests().catch(() => {});
+    this.loadFriends().catch(() => {});
+  }
+
+  /** Run a sync now (abort the long poll in flight). */
+  kickSync() {
+    this.immediate = true;
+    if (this.pollAbort) this.pollAbort.abort();
+    if (this.wake) this.wake();
+  }
+
+  async syncLoop() {
+    let failures = 0;
+    this.immediate = true;
+    while (this.running) {
+      if (this.socket.status !== 'open') {
+        // the recipe: the socket first, then sync (connected() wakes us)
+        await new Promise((r) => { this.wake = r; });
+        this.wake = null;
+        continue;
+      }
+      const wait = this.immediate ? 0 : LONG_POLL_S;
+      this.immediate = false;
+      try {
+        await this.syncOnce(wait);
+        failures = 0;
+        if (wait > 0) await sleep(300); // at most a few long polls a second under load
+      } catch (e) {
+        if (e && e.name === 'AbortError') continue;
+        failures += 1;
+        await new Promise((r) => {
+          this.wake = r;
+          setTimeout(r, Math.min(10000, 500 * 2 ** Math.min(failures, 5)));
+        });
+        this.wake = null;
+      }
+    }
+  }
+
+  async syncOnce(wait) {
+    const ctrl = new AbortController();
+    this.pollAbort = ctrl;
+    try {
+      for (let page = 0; page < 50; page += 1) {
+        const since = this.store.version;
+        const ans = await this.api.sync(since, { wait: page === 0 ? wait : 0, signal: ctrl.signal });
+        this.applySync(ans);
+        if (!ans.has_more || this.store.version === since) break;
+      }
+    } finally {
+      if (this.pollAbort === ctrl) this.pollAbort = null;
+    }
+  }
+
+  applySync(ans) {
+    let unknownPeer = false;
+    for (const st of ans.conversations || []) {
+      const c = this.store.conv(st.conv_id);
+      c.applyState(st);
+      if (c.type === 'single' && !this.store.names.has(c.peerId)) unknownPeer = true;
+      this.received(c, st.messages || [], false);
+      this.schedulePull(c, 0);
+    }
+    if (typeof ans.version === 'number') this.store.version = Math.max(this.store.version, ans.version);
+    if (unknownPeer) this.loadFriends().catch(() => {});
+    this.store.changed('sync');
+  }
+
+  // ---- messages ------------------------------------------------------------------
+
+  /** Store messages of one conversation, then report delivered/read as needed. */
+  received(c, msgs, push) {
+    const fresh = c.add(msgs);
+    if (!fresh.length) return fresh;
+    if (fresh.some((m) => m.sender_id !== this.store.me.user_id && COUNTABLE(m))) {
+      this.scheduleDelivered(c);
+      this.readOpen();
+    }
+    if (push) this.schedulePull(c, 250); // pushes may arrive out of order: give them a moment
+    return fresh;
+  }
+
+  schedulePull(c, delay) {
+    if (!c.gap()) return;
+    if (this.pullTimers.has(c.id)) return;
+    this.pullTimers.set(c.id, setTimeout(() => {
+      this.pullTimers.delete(c.id);
+      this.pullGap(c).catch(() => {});
+    }, delay));
+  }
+
+  async pullGap(c) {
+    if (this.pulling.has(c.id)) { this.pullAgain.add(c.id); return this.pulling.get(c.id); }
+    const run = (async () => {
+      let retries = 0;
+      for (;;) {
+        const gap = c.gap();
+        if (!gap) break;
+        let [begin, end] = gap;
+        if (end - begin + 1 > MAX_GAP) {          // far behind: keep only the newest pages
+          c.msgs.clear();
+          c.startSegment(end - PAGE + 1);
+          c.olderEnd = false;
+          begin = c.top + 1;
+        }
+        const hi = Math.min(end, begin + PAGE - 1);
+        const ans = await this.api.history(c.id, { begin, end: hi, limit: PAGE, order: 'asc' });
+        c.setWindow(ans.min_seq, null);
+        if (ans.max_seq > c.maxSeq) c.maxSeq = ans.max_seq;
+        this.received(c, ans.messages || [], false);
+        const covered = Math.min(hi, ans.max_seq);
+        if (covered >= begin) c.resolveTo(covered);
+        this.store.changed('messages', c.id);
+        if (covered < hi) {
+          // allocated but not persisted yet (a push outran the writer): try again soon
+          if (retries >= GAP_RETRY_MS.length) break;
+          await sleep(GAP_RETRY_MS[retries]);
+          retries += 1;
+        }
+      }
+    })();
+    this.pulling.set(c.id, run);
+    try {
+      await run;
+    } finally {
+      this.pulling.delete(c.id);
+      if (this.pullAgain.delete(c.id)) this.schedulePull(c, 0);
+    }
+    return run;
+  }
+
+  /** Scrolling up: the page of seqs just below the segment. Returns how many came. */
+  async loadOlder(c) {
+    if (c.olderEnd || c.loadingOlder) return 0;
+    const end = c.floor - 1;
+    if (end < c.minSeq) { c.olderEnd = true; this.store.changed('messages', c.id); return 0; }
+    c.loadingOlder = true;
+    this.store.changed('messages', c.id);
+    try {
+      const ans = await this.api.history(c.id, { end, limit: 50, order: 'desc' });
+      c.setWindow(ans.min_seq, null);
+      const fresh = c.add(ans.messages || []);
+      c.floor = Math.min(c.floor, Math.max(ans.min_seq, end - 50 + 1));
+      c.advance();
+      if (ans.is_end || c.floor <= c.minSeq) c.olderEnd = true;
+      return fresh.length;
+    } finally {
+      c.loadingOlder = false;
+      this.store.changed('messages', c.id);
+    }
+  }
+
+  // ---- cursors -------------------------------------------------------------------
+
+  scheduleDelivered(c) {
+    if (this.deliverTimers.has(c.id)) return;
+    this.deliverTimers.set(c.id, setTimeout(() => {
+      this.deliverTimers.delete(c.id);
+      const seq = c.maxHeld;
+      if (seq > c.deliveredReported && this.socket.send({ type: 'delivered', conv_id: c.id, seq })) {
+        c.deliveredReported = seq;
+      }
+    }, 150));
+  }
+
+  /** Report read for the open conversation when the page is visible. */
+  readOpen() {
+    const c = this.store.open;
+    if (!c || document.visibilityState !== 'visible') return;
+    if (!c.hasUnreadFromOthers()) {
+      if (c.unreadBase) { c.unreadBase = 0; this.store.changed('read', c.id); }
+      return;
+    }
+    const seq = Math.max(c.maxHeld, c.maxSeq);
+    if (!c.markRead(seq)) { c.unreadBase = 0; }
+    if (!this.socket.send({ type: 'read', conv_id: c.id, seq })) {
+      this.api.read(c.id, seq).catch(() => {});
+    }
+    this.store.changed('read', c.id);
+  }
+
+  open(convId) {
+    this.store.openId = convId;
+    const c = convId ? this.store.conv(convId, false) : null;
+    this.store.changed('open', convId);
+    if (!c) return;
+    this.readOpen();
+    if (c.type === 'group') {
+      this.refreshReceipts(c).catch(() => {});
+      this.loadMembers(c).catch(() => {});
+    }
+  }
+
+  async refreshReceipts(c) {
+    const me = this.store.me.user_id;
+    const mine = [...c.msgs.values()].filter((m) => m.sender_id === me && COUNTABLE(m) && !m.recalled)
+      .sort((a, b) => b.seq - a.seq).slice(0, 8);
+    await Promise.all(mine.map(async (m) => {
+      try {
+        const r = await this.api.receipts(c.id, m.seq);
+        c.receipts.set(m.seq, r.read_count);
+      } catch { /* not persisted yet, or receipts disabled */ }
+    }));
+    this.store.changed('receipts', c.id);
+  }
+
+  // ---- frames --------------------------------------------------------------------
+
+  frame(f) {
+    const me = this.store.me && this.store.me.user_id;
+    switch (f.type) {
+      case 'message': {
+        const m = f.message;
+        if (!m || !m.conv_id) return;
+        const c = this.store.conv(m.conv_id);
+        this.received(c, [m], true);
+        if (!c.known) this.kickSync();   // a conversation new to me: fetch its state
+        if (c.hidden && m.content_type !== 'recall') c.hidden = false;
+        this.store.changed('messages', c.id);
+        return;
+      }
+      case 'ack': return this.ack(f);
+      case 'read': {
+        const c = this.store.conv(f.conv_id, false);
+        if (!c) return;
+        if (f.user_id === me) c.markRead(f.seq);
+        else if (c.type === 'single') c.peerReadSeq = Math.max(c.peerReadSeq, f.seq);
+        this.store.changed('read', c.id);
+        return;
+      }
+      case 'delivered': {
+        const c = this.store.conv(f.conv_id, false);
+        if (!c || f.user_id === me) return;
+        c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, f.seq);
+        this.store.changed('read', c.id);
+        return;
+      }
+      case 'receipt': {
+        const c = this.store.conv(f.conv_id, false);
+        if (!c) return;
+        c.receipts.set(f.seq, f.read_count);
+        this.store.changed('receipts', c.id);
+        return;
+      }
+      case 'typing': {
+        const c = this.store.conv(f.conv_id, false);
+        if (!c || f.user_id === me) return;
+        c.typing.set(f.user_id, Date.now() + 4000);
+        this.store.changed('typing', c.id);
+        return;
+      }
+      case 'error':
+        console.warn('server error frame', f.code, f.message);
+        return;
+      default:
+    }
+  }
+
+  expireTyping() {
+    const now = Date.now();
+    for (const c of this.store.convs.values()) {
+      let changed = false;
+      for (const [u, t] of c.typing) if (t <= now) { c.typing.delete(u); changed = true; }
+      if (changed) this.store.changed('typing', c.id);
+    }
+  }
+
+  // ---- sending -------------------------------------------------------------------
+
+  send(c, text) {
+    const me = this.store.me.user_id;
+    const p = {
+      client_msg_id: newId(), conv_id: c.id, sender_id: me, content_type: 'text',
+      content: { text }, created: Date.now(), server_time: Date.now(), state: 'sending', recalled: false,
+    };
+    c.pending.set(p.client_msg_id, p);
+    c.hidden = false;
+    c.lastTypingSent = 0; // the peer clears my typing line on this message: notify anew
+    this.store.changed('messages', c.id);
+    this.transmit(p);
+    return p;
+  }
+
+  retry(c, cmid) {
+    const p = c.pending.get(cmid);
+    if (!p) return;
+    p.state = 'sending';
+    p.error = null;
+    this.store.changed('messages', c.id);
+    this.transmit(p);
+  }
+
+  transmit(p) {
+    clearTimeout(this.ackTimers.get(p.client_msg_id));
+    const ok = this.socket.send({
+      type: 'send', client_msg_id: p.client_msg_id, conv_id: p.conv_id,
+      content_type: p.content_type, content: p.content,
+    });
+    if (!ok) return; // flushed when the socket opens again
+    this.ackTimers.set(p.client_msg_id, setTimeout(() => {
+      const c = this.store.conv(p.conv_id, false);
+      if (c && c.pending.get(p.client_msg_id) === p && p.state === 'sending') this.transmit(p);
+    }, ACK_TIMEOUT_MS));
+  }
+
+  ack(f) {
+    clearTimeout(this.ackTimers.get(f.client_msg_id));
+    this.ackTimers.delete(f.client_msg_id);
+    let c = null;
+    let p = null;
+    for (const conv of this.store.convs.values()) {
+      if (conv.pending.has(f.client_msg_id)) { c = conv; p = conv.pending.get(f.client_msg_id); break; }
+    }
+    if (!p) return;
+    if (f.ok) {
+      c.pending.delete(f.client_msg_id);
+      const target = this.store.conv(f.conv_id || c.id);
+      this.received(target, [{
+        conv_id: target.id, seq: f.seq, sender_id: p.sender_id, client_msg_id: p.client_msg_id,
+        content_type: p.content_type, content: p.content, server_time: f.server_time, recalled: false,
+      }], true);
+      this.store.changed('messages', target.id);
+    } else if (f.code === 'unavailable') {
+      setTimeout(() => this.transmit(p), 1000);
+    } else {
+      p.state = 'failed';
+      p.error = f.message || f.code;
+      this.store.changed('messages', c.id);
+    }
+  }
+
+  typing(c) {
+    const now = Date.now();
+    if (now - c.lastTypingSent < 3000) return;
+    if (this.socket.send({ type: 'typing', conv_id: c.id })) c.lastTypingSent = now;
+  }
+
+  async recall(c, seq) {
+    await this.api.recall(c.id, seq);
+    c.markRecalled(seq);
+    this.store.changed('messages', c.id);
+  }
+
+  // ---- contacts and groups -------------------------------------------------------
+
+  async loadFriends() {
+    const now = Date.now();
+    if (now - this.friendsAt < 1000) return;
+    this.friendsAt = now;
+    const friends = await this.api.friends();
+    this.store.friends = friends;
+    for (const f of friends) this.store.names.set(f.user_id, f.username);
+    this.store.changed('friends');
+  }
+
+  async loadRequests() {
+    const r = await this.api.friendRequests();
+    const before = JSON.stringify(this.store.requests);
+    this.store.requests = r;
+    if (JSON.stringify(r) !== before) this.store.changed('requests');
+  }
+
+  async accept(requestId) {
+    const r = await this.api.acceptFriend(requestId);
+    this.friendsAt = 0;
+    await Promise.all([this.loadRequests(), this.loadFriends()]);
+    this.kickSync();
+    return r;
+  }
+
+  async requestFriend(userId, note) {
+    const r = await this.api.requestFriend(userId, note);
+    await this.loadRequests();
+    if (r.accepted) { this.friendsAt = 0; await this.loadFriends(); this.kickSync(); }
+    return r;
+  }
+
+  async createGroup(name, ids) {
+    const r = await this.api.createGroup(name, ids);
+    this.kickSync();
+    return r;
+  }
+
+  async loadMembers(c) {
+    c.members = await this.api.members(c.groupId);
+    this.store.changed('members', c.id);
+    return c.members;
+  }
+}

@@ -1,0 +1,213 @@
+// Entry point: log in (token in localStorage), then wire the store, the socket, the
+// catch-up engine and the views together. Rendering is batched per task.
+
+import { Api } from './api.js';
+import { Socket } from './socket.js';
+import { Store } from './store.js';
+import { Engine, newId } from './engine.js';
+import { $ } from './dom.js';
+import { ListView } from './ui-list.js';
+import { ChatView } from './ui-chat.js';
+import { Dialogs } from './ui-dialogs.js';
+
+const SESSION_KEY = 'im.session';
+const DEVICE_KEY = 'im.device';
+
+const api = new Api('');
+const store = new Store();
+let engine = null;
+let socket = null;
+let views = null;
+
+function deviceId() {
+  let id = localStorage.getItem(DEVICE_KEY);
+  if (!id) { id = `web-${newId().replace(/-/g, '').slice(0, 12)}`; localStorage.setItem(DEVICE_KEY, id); }
+  return id;
+}
+
+let toastTimer = null;
+function toast(text) {
+  const el = $('#toast');
+  el.textContent = text;
+  el.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { el.hidden = true; }, 3000);
+}
+
+// ---- auth screen ----------------------------------------------------------------
+
+function showAuth(message = '') {
+  $('#main').hidden = true;
+  $('#banner').hidden = true;
+  $('#auth').hidden = false;
+  $('#auth-error').textContent = message;
+  $('#auth-username').focus();
+}
+
+async function authSubmit(register) {
+  const form = $('#auth-form');
+  if (!form.reportValidity()) return;
+  const username = $('#auth-username').value.trim();
+  const password = $('#auth-password').value;
+  const err = $('#auth-error');
+  err.textContent = '';
+  for (const b of form.querySelectorAll('button')) b.disabled = true;
+  try {
+    if (register) {
+      try {
+        await api.register(username, password);
+      } catch (e) {
+        if (e.code === 'conflict') throw new Error('That username is taken. Log in instead?');
+        throw e;
+      }
+    }
+    let s;
+    try {
+      s = await api.login(username, password, deviceId());
+    } catch (e) {
+      if (e.status === 401) throw new Error('Wrong username or password.');
+      throw e;
+    }
+    localStorage.setItem(SESSION_KEY, JSON.stringify({ token: s.token, user_id: s.user_id, username }));
+    await startSession(s.token, { user_id: s.user_id, username });
+  } catch (e) {
+    err.textContent = e.message;
+  } finally {
+    for (const b of form.querySelectorAll('button')) b.disabled = false;
+  }
+}
+
+$('#auth-form').addEventListener('submit', (e) => { e.preventDefault(); authSubmit(false); });
+$('#register-btn').addEventListener('click', () => authSubmit(true));
+
+// ---- session --------------------------------------------------------------------
+
+async function startSession(token, cached) {
+  api.token = token;
+  let me = cached;
+  try {
+    const fresh = await api.me();
+    me = { user_id: fresh.user_id, username: fresh.username };
+  } catch (e) {
+    if (e.status === 401) { endSession('Your session has ended. Please log in again.'); return; }
+    if (!me) throw e; // offline at boot: run on the cached identity
+  }
+  store.reset();
+  store.setMe(me);
+  const wsBase = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
+  socket = new Socket(() => `${wsBase}/v1/ws?token=${encodeURIComponent(api.token)}`);
+  engine = new Engine(api, store, socket);
+  socket.addEventListener('unauthorized', () => endSession('Your session has ended. Please log in again.'));
+  api.onUnauthorized = () => endSession('Your session has ended. Please log in again.');
+  if (!views) views = makeViews();
+  $('#auth').hidden = true;
+  $('#main').hidden = false;
+  views.list.renderMe();
+  render();
+  engine.start();
+  window.__im = { store, engine, socket, api }; // for debugging and the browser tests
+}
+
+function endSession(message) {
+  if (engine) engine.stop();
+  engine = null;
+  socket = null;
+  api.token = null;
+  api.onUnauthorized = null;
+  localStorage.removeItem(SESSION_KEY);
+  store.reset();
+  if (views) { views.chat.convId = null; }
+  showAuth(message);
+}
+
+async function logout() {
+  try { await api.logout(); } catch { /* offline: forget the token anyway */ }
+  endSession('');
+  location.reload();
+}
+
+// ---- views ----------------------------------------------------------------------
+
+function openConv(convId, { wait = false } = {}) {
+  if (!engine) return;
+  if (wait && !store.conv(convId, false)?.known) {
+    // just created (friend accepted, group made): its state comes with the next sync
+    engine.kickSync();
+    const t0 = Date.now();
+    const poll = setInterval(() => {
+      const c = store.conv(convId, false);
+      if ((c && c.known) || Date.now() - t0 > 5000) { clearInterval(poll); if (c && c.known) openConv(convId); }
+    }, 100);
+    return;
+  }
+  views.dialogs.panelOpen = views.dialogs.panelOpen && store.conv(convId, false)?.type === 'group';
+  engine.open(convId);
+}
+
+function makeViews() {
+  // the views outlive a session's engine: they reach the current one through this proxy
+  const current = new Proxy({}, {
+    get: (_, k) => { const v = engine && engine[k]; return typeof v === 'function' ? v.bind(engine) : v; },
+  });
+  const v = {};
+  v.list = new ListView(store, current, { onOpen: openConv, toast });
+  v.dialogs = new Dialogs(store, current, { onOpen: openConv, toast });
+  v.chat = new ChatView(store, current, {
+    onClose: () => { views.dialogs.panelOpen = false; engine.open(null); },
+    onGroupInfo: () => views.dialogs.toggleGroupPanel(),
+    onReceipts: (c, seq) => views.dialogs.showReceipts(c, seq),
+    toast,
+  });
+  $('#logout-btn').addEventListener('click', logout);
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && engine && store.openId && !document.querySelector('dialog[open]')) {
+      views.dialogs.panelOpen = false;
+      engine.open(null);
+    }
+  });
+  return v;
+}
+
+let scheduled = false;
+function render() {
+  if (!views || !store.me) return;
+  views.list.renderMe();
+  views.list.renderRequests();
+  views.list.render();
+  views.chat.render();
+  views.dialogs.renderPanel();
+  renderBanner();
+}
+
+function renderBanner() {
+  const b = $('#banner');
+  const st = store.connection;
+  const offline = st !== 'open';
+  b.hidden = !offline || !store.me;
+  b.dataset.state = st;
+  $('#banner-text').textContent = st === 'connecting' && !store.everOpen ? 'connecting…' : 'offline — reconnecting…';
+  if (st === 'open') store.everOpen = true;
+  document.body.classList.toggle('is-offline', offline);
+}
+
+store.addEventListener('change', () => {
+  if (scheduled) return;
+  scheduled = true;
+  queueMicrotask(() => {
+    scheduled = false;
+    render();
+  });
+});
+
+// ---- boot -----------------------------------------------------------------------
+
+(async () => {
+  const saved = (() => { try { return JSON.parse(localStorage.getItem(SESSION_KEY) || 'null'); } catch { return null; } })();
+  if (saved && saved.token) {
+    try {
+      await startSession(saved.token, { user_id: saved.user_id, username: saved.username });
+      return;
+    } catch { /* fall through */ }
+  }
+  showAuth('');
+})();

@@ -1,0 +1,262 @@
+// Client state: me, names, friends, requests and one Conv per conversation. Messages
+// are kept once per (conv_id, seq); each Conv tracks the contiguous segment of seqs it
+// holds ([floor, top]: every seq there is held or known not to exist), which is what
+// the engine uses to find the ranges to pull.
+
+export const COUNTABLE = (m) => m.content_type !== 'system' && m.content_type !== 'recall';
+
+export class Conv {
+  constructor(id, meId) {
+    this.id = id;
+    this.type = id.startsWith('g:') ? 'group' : 'single';
+    this.groupId = this.type === 'group' ? Number(id.slice(2)) : null;
+    this.peerId = null;
+    if (this.type === 'single') {
+      const [, a, b] = id.split(':').map(Number);
+      this.peerId = a === meId ? b : a;
+    }
+    this.meId = meId;
+    this.name = null;
+    this.role = null;
+    this.active = true;
+    this.hidden = false;
+    this.known = false;        // a server state was applied
+    this.minSeq = 1;
+    this.maxSeq = 0;           // persisted end of my window, from the server
+    this.readSeq = 0;
+    this.unreadBase = 0;       // the server's unread count as of baseMax
+    this.baseMax = 0;
+    this.peerReadSeq = 0;
+    this.peerDeliveredSeq = 0;
+    this.lastMessage = null;
+    this.msgs = new Map();     // seq -> message
+    this.segment = false;      // floor/top are set
+    this.floor = 1;
+    this.top = 0;
+    this.olderEnd = false;
+    this.pending = new Map();  // client_msg_id -> local message not acked yet
+    this.recalledSeqs = new Set();
+    this.receipts = new Map(); // seq -> read_count (groups, my messages)
+    this.typing = new Map();   // user_id -> expiry (ms)
+    this.members = null;       // [{user_id, role}] once fetched
+    this.deliveredReported = 0;
+    this.lastTypingSent = 0;
+    this.createdAt = Date.now();
+  }
+
+  applyState(st) {
+    this.known = true;
+    if (st.name != null) this.name = st.name;
+    if (st.role != null) this.role = st.role;
+    if (st.active != null) this.active = !!st.active;
+    if (st.peer_id != null) this.peerId = st.peer_id;
+    this.hidden = !!st.hidden;
+    this.setWindow(st.min_seq, st.max_seq);
+    const localRead = this.readSeq;
+    this.readSeq = Math.max(this.readSeq, st.read_seq || 0);
+    this.unreadBase = st.unread || 0;
+    // a read report of mine still on its way: the server's count is already stale
+    if (localRead > (st.read_seq || 0) && localRead >= (st.max_seq || 0)) this.unreadBase = 0;
+    this.baseMax = Math.max(st.max_seq || 0, this.readSeq);
+    if (st.peer_read_seq != null) this.peerReadSeq = Math.max(this.peerReadSeq, st.peer_read_seq);
+    if (st.peer_delivered_seq != null) this.peerDeliveredSeq = Math.max(this.peerDeliveredSeq, st.peer_delivered_seq);
+    if (st.last_message !== undefined) this.lastMessage = st.last_message;
+    if (!this.segment) {
+      // Start the segment just below the newest messages the state carries; older
+      // ones are loaded when the user scrolls up.
+      const embedded = st.messages || [];
+      const first = embedded.length ? embedded[0].seq : (st.max_seq || 0) + 1;
+      this.startSegment(Math.max(first, this.minSeq));
+    }
+  }
+
+  startSegment(floor) {
+    this.segment = true;
+    this.floor = floor;
+    this.top = floor - 1;
+    this.olderEnd = floor <= this.minSeq;
+    this.advance();
+  }
+
+  setWindow(minSeq, maxSeq) {
+    if (minSeq != null && minSeq > this.minSeq) {
+      for (const s of [...this.msgs.keys()]) if (s < minSeq) this.msgs.delete(s);
+      this.minSeq = minSeq;
+    } else if (minSeq != null && !this.known) {
+      this.minSeq = minSeq;
+    }
+    if (this.segment) {
+      if (this.floor < this.minSeq) this.floor = this.minSeq;
+      if (this.top < this.floor - 1) this.top = this.floor - 1;
+      if (this.floor <= this.minSeq) this.olderEnd = true;
+    }
+    if (maxSeq != null) this.maxSeq = maxSeq;
+  }
+
+  advance() {
+    while (this.msgs.has(this.top + 1)) this.top += 1;
+    while (this.floor - 1 >= this.minSeq && this.msgs.has(this.floor - 1)) this.floor -= 1;
+    if (this.floor <= this.minSeq) this.olderEnd = true;
+  }
+
+  // Everything in [top+1, seq] that is not held does not exist for me.
+  resolveTo(seq) {
+    if (seq > this.top) this.top = seq;
+    this.advance();
+  }
+
+  /** Add messages; returns those not held before. */
+  add(list) {
+    const fresh = [];
+    for (const m of list) {
+      if (!m || typeof m.seq !== 'number' || m.seq < this.minSeq) continue;
+      if (m.sender_id === this.meId && this.pending.has(m.client_msg_id)) this.pending.delete(m.client_msg_id);
+      const held = this.msgs.get(m.seq);
+      if (held) {
+        if (m.recalled && !held.recalled) { held.recalled = true; held.content = null; }
+        continue;
+      }
+      const msg = { ...m };
+      if (this.recalledSeqs.has(msg.seq)) { msg.recalled = true; msg.content = null; }
+      this.msgs.set(msg.seq, msg);
+      if (msg.content_type === 'recall' && msg.content && msg.content.seq) this.markRecalled(msg.content.seq);
+      if (msg.sender_id != null) this.typing.delete(msg.sender_id);
+      fresh.push(msg);
+    }
+    if (fresh.length) {
+      if (!this.segment) this.startSegment(Math.min(...fresh.map((m) => m.seq)));
+      this.advance();
+    }
+    return fresh;
+  }
+
+  markRecalled(seq) {
+    this.recalledSeqs.add(seq);
+    const m = this.msgs.get(seq);
+    if (m) { m.recalled = true; m.content = null; }
+    if (this.lastMessage && this.lastMessage.seq === seq) this.lastMessage = { ...this.lastMessage, recalled: true, content: null };
+  }
+
+  get maxHeld() {
+    let max = 0;
+    for (const s of this.msgs.keys()) if (s > max) max = s;
+    return max;
+  }
+
+  /** The seqs to pull to close the segment up to the newest known seq, or null. */
+  gap() {
+    if (!this.segment) return null;
+    const target = Math.max(this.maxSeq, this.maxHeld);
+    return this.top < target ? [this.top + 1, target] : null;
+  }
+
+  get unread() {
+    const cut = Math.max(this.baseMax, this.readSeq);
+    let n = this.unreadBase;
+    for (const m of this.msgs.values()) {
+      if (m.seq > cut && m.sender_id !== this.meId && COUNTABLE(m)) n += 1;
+    }
+    return n;
+  }
+
+  hasUnreadFromOthers() {
+    if (this.unread > 0) return true;
+    for (const m of this.msgs.values()) if (m.seq > this.readSeq && m.sender_id !== this.meId && COUNTABLE(m)) return true;
+    return false;
+  }
+
+  markRead(seq) {
+    if (seq <= this.readSeq) return false;
+    this.readSeq = seq;
+    if (seq >= this.baseMax) { this.unreadBase = 0; this.baseMax = seq; }
+    return true;
+  }
+
+  /** Held messages and local sends, in display order. */
+  timeline() {
+    const held = [...this.msgs.values()].sort((a, b) => a.seq - b.seq);
+    const pending = [...this.pending.values()].sort((a, b) => a.created - b.created);
+    return held.concat(pending);
+  }
+
+  /** The newest message worth a preview (held or from the server state). */
+  get latest() {
+    let best = this.lastMessage || null;
+    for (const m of this.msgs.values()) if (!best || m.seq > best.seq) best = m;
+    let newestPending = null;
+    for (const p of this.pending.values()) if (!newestPending || p.created > newestPending.created) newestPending = p;
+    return newestPending || best;
+  }
+
+  get lastActivity() {
+    const m = this.latest;
+    if (m) return m.created || m.server_time || 0;
+    return 0;
+  }
+}
+
+export class Store extends EventTarget {
+  constructor() {
+    super();
+    this.reset();
+  }
+
+  reset() {
+    this.me = null;               // {user_id, username}
+    this.names = new Map();       // user_id -> username
+    this.friends = [];
+    this.requests = { incoming: [], outgoing: [] };
+    this.convs = new Map();
+    this.version = 0;
+    this.connection = 'connecting';
+    this.openId = null;
+    this.notice = null;
+  }
+
+  setMe(me) {
+    this.me = me;
+    this.names.set(me.user_id, me.username);
+  }
+
+  conv(id, create = true) {
+    let c = this.convs.get(id);
+    if (!c && create) {
+      c = new Conv(id, this.me ? this.me.user_id : null);
+      this.convs.set(id, c);
+    }
+    return c;
+  }
+
+  get open() { return this.openId ? this.convs.get(this.openId) || null : null; }
+
+  nameOf(userId) {
+    if (this.me && userId === this.me.user_id) return 'you';
+    return this.names.get(userId) || `user #${userId}`;
+  }
+
+  plainName(userId) {
+    return this.names.get(userId) || `user #${userId}`;
+  }
+
+  title(c) {
+    if (c.type === 'group') return c.name || `group ${c.groupId}`;
+    return this.plainName(c.peerId);
+  }
+
+  /** Visible conversations, newest activity first. */
+  list() {
+    return [...this.convs.values()]
+      .filter((c) => c.known && (!c.hidden || c.id === this.openId))
+      .sort((a, b) => (b.lastActivity - a.lastActivity) || (b.createdAt - a.createdAt) || a.id.localeCompare(b.id));
+  }
+
+  totalUnread() {
+    let n = 0;
+    for (const c of this.convs.values()) if (c.known) n += c.unread;
+    return n;
+  }
+
+  changed(what = 'all', convId = null) {
+    this.dispatchEvent(new CustomEvent('change', { detail: { what, convId } }));
+  }
+}

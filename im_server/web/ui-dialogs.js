@@ -1,0 +1,191 @@
+// Dialogs and the group panel: add a friend, create a group, who read a message, and the
+// member list (roles, add with/without history, kick, leave).
+
+import { $, h, avatar, cap } from './dom.js';
+
+function parseIds(text) {
+  const ids = String(text || '').split(/[\s,;]+/).filter(Boolean).map((x) => Number(x));
+  if (ids.some((x) => !Number.isInteger(x) || x <= 0)) throw new Error('user ids are positive numbers, e.g. "2, 3"');
+  return [...new Set(ids)];
+}
+
+function wireClose(dlg) {
+  for (const b of dlg.querySelectorAll('[data-close]')) b.addEventListener('click', () => dlg.close());
+}
+
+export class Dialogs {
+  constructor(store, engine, { onOpen, toast }) {
+    this.store = store;
+    this.engine = engine;
+    this.onOpen = onOpen;
+    this.toast = toast;
+    this.panelOpen = false;
+    for (const d of document.querySelectorAll('dialog')) wireClose(d);
+
+    $('#add-friend-btn').addEventListener('click', () => this.openFriend());
+    $('#friend-form').addEventListener('submit', (e) => { e.preventDefault(); this.submitFriend(); });
+    $('#new-group-btn').addEventListener('click', () => this.openGroup());
+    $('#group-form').addEventListener('submit', (e) => { e.preventDefault(); this.submitGroup(); });
+  }
+
+  // ---- add friend ----------------------------------------------------------------
+  openFriend() {
+    $('#friend-id').value = '';
+    $('#friend-note').value = `Hi, it's ${this.store.me.username}`;
+    $('#friend-error').textContent = '';
+    $('#dlg-friend').showModal();
+    $('#friend-id').focus();
+  }
+
+  async submitFriend() {
+    const err = $('#friend-error');
+    err.textContent = '';
+    const id = Number($('#friend-id').value.trim());
+    if (!Number.isInteger(id) || id <= 0) { err.textContent = 'Enter the numeric user id of your friend.'; return; }
+    if (id === this.store.me.user_id) { err.textContent = 'That is your own id.'; return; }
+    try {
+      const r = await this.engine.requestFriend(id, $('#friend-note').value.trim());
+      $('#dlg-friend').close();
+      if (r.accepted) { this.toast('You are now friends'); if (r.conv_id) this.onOpen(r.conv_id, { wait: true }); }
+      else this.toast(`Request sent to user #${id}`);
+    } catch (e) {
+      err.textContent = e.code === 'not_found' ? `No user with id ${id}.`
+        : e.code === 'conflict' ? 'You are already friends.' : e.message;
+    }
+  }
+
+  // ---- new group -----------------------------------------------------------------
+  openGroup() {
+    $('#group-name').value = '';
+    $('#group-members').value = '';
+    $('#group-error').textContent = '';
+    const chips = this.store.friends.map((f) => h('button', {
+      type: 'button', class: 'chip', title: `add ${f.username} (#${f.user_id})`,
+      onclick: () => {
+        const box = $('#group-members');
+        const ids = box.value.split(/[\s,;]+/).filter(Boolean);
+        if (!ids.includes(String(f.user_id))) box.value = [...ids, f.user_id].join(', ');
+      },
+    }, `+ ${f.username}`));
+    $('#group-friends').replaceChildren(...(chips.length ? [h('span', { class: 'muted small' }, 'Friends: '), ...chips] : []));
+    $('#dlg-group').showModal();
+    $('#group-name').focus();
+  }
+
+  async submitGroup() {
+    const err = $('#group-error');
+    err.textContent = '';
+    try {
+      const name = $('#group-name').value.trim();
+      if (!name) throw new Error('Give the group a name.');
+      const ids = parseIds($('#group-members').value).filter((x) => x !== this.store.me.user_id);
+      const r = await this.engine.createGroup(name, ids);
+      $('#dlg-group').close();
+      this.toast(`Group "${name}" created`);
+      this.onOpen(r.conv_id, { wait: true });
+    } catch (e) {
+      err.textContent = e.code === 'not_found' ? 'One of these user ids does not exist.' : e.message;
+    }
+  }
+
+  // ---- receipts ------------------------------------------------------------------
+  async showReceipts(c, seq) {
+    const body = $('#receipts-body');
+    body.replaceChildren(h('div', { class: 'muted' }, 'Loading…'));
+    $('#dlg-receipts').showModal();
+    try {
+      const r = await this.engine.api.receipts(c.id, seq);
+      c.receipts.set(seq, r.read_count);
+      this.store.changed('receipts', c.id);
+      const rows = [h('p', { class: 'strong', 'data-testid': 'receipts-summary' }, `${r.read_count} of ${r.member_count} read`)];
+      if (Array.isArray(r.readers)) {
+        rows.push(h('ul', { class: 'people' }, r.readers.map((u) => h('li', { 'data-testid': 'reader' },
+          avatar(this.store.plainName(u), u, 'sm'), h('span', {}, cap(this.store.plainName(u)))))));
+        if (r.readers.length < r.read_count) rows.push(h('p', { class: 'muted small' }, `and ${r.read_count - r.readers.length} more`));
+      } else {
+        rows.push(h('p', { class: 'muted small' }, 'This group is large: only counts are available.'));
+      }
+      body.replaceChildren(...rows);
+    } catch (e) {
+      body.replaceChildren(h('p', { class: 'form-error' }, e.code === 'receipts_disabled' ? 'Receipts are disabled in very large groups.' : e.message));
+    }
+  }
+
+  // ---- group panel ---------------------------------------------------------------
+  toggleGroupPanel(force) {
+    this.panelOpen = force ?? !this.panelOpen;
+    const c = this.store.open;
+    if (this.panelOpen && c && c.type === 'group') this.engine.loadMembers(c).catch((e) => this.toast(e.message));
+    this.renderPanel();
+  }
+
+  renderPanel() {
+    const panel = $('#group-panel');
+    const c = this.store.open;
+    const show = this.panelOpen && c && c.type === 'group';
+    panel.hidden = !show;
+    document.body.classList.toggle('panel-open', !!show);
+    if (!show) return;
+    if (panel.dataset.conv === c.id && panel.dataset.sig === this.sig(c)) return;
+    panel.dataset.conv = c.id;
+    panel.dataset.sig = this.sig(c);
+    const me = this.store.me.user_id;
+    const rank = { owner: 2, admin: 1, member: 0 };
+    const myRole = c.role || (c.members || []).find((x) => x.user_id === me)?.role || 'member';
+    const canManage = c.active && (myRole === 'owner' || myRole === 'admin');
+
+    const members = (c.members || []).map((mem) => h('li', { class: 'member', 'data-testid': 'member', 'data-user-id': mem.user_id },
+      avatar(this.store.plainName(mem.user_id), mem.user_id, 'sm'),
+      h('div', { class: 'member-text' },
+        h('div', { class: 'strong' }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
+        h('div', { class: 'muted small' }, `#${mem.user_id}`)),
+      h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role),
+      canManage && mem.user_id !== me && rank[mem.role] < rank[myRole]
+        ? h('button', {
+          class: 'link-btn danger', 'data-testid': 'kick-btn', title: 'Remove from the group',
+          onclick: async () => {
+            if (!confirm(`Remove ${this.store.plainName(mem.user_id)} from the group?`)) return;
+            try { await this.engine.api.kick(c.groupId, mem.user_id); await this.engine.loadMembers(c); } catch (e) { this.toast(e.message); }
+          },
+        }, 'Remove') : null));
+
+    const addForm = canManage ? h('form', {
+      class: 'add-member', 'data-testid': 'add-member-form',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const f = e.target;
+        try {
+          const ids = parseIds(f.elements.ids.value);
+          if (!ids.length) throw new Error('Enter at least one user id.');
+          const r = await this.engine.api.addMembers(c.groupId, ids, f.elements.history.checked);
+          f.reset();
+          this.toast(r && r.added && r.added.length ? `Added ${r.added.map((u) => this.store.plainName(u)).join(', ')}` : 'Already members');
+          await this.engine.loadMembers(c);
+        } catch (err) { this.toast(err.code === 'not_found' ? 'Unknown user id.' : err.message); }
+      },
+    },
+    h('div', { class: 'list-title' }, 'Add members'),
+    h('input', { name: 'ids', placeholder: 'user ids: 4, 5', 'data-testid': 'add-member-ids' }),
+    h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'history', 'data-testid': 'add-member-history' }), ' share the chat history'),
+    h('button', { class: 'btn small primary', 'data-testid': 'add-member-submit' }, 'Add')) : null;
+
+    panel.replaceChildren(
+      h('header', { class: 'panel-header' },
+        h('div', { class: 'strong' }, c.name || 'Group'),
+        h('button', { class: 'icon-btn', title: 'Close', 'aria-label': 'Close', onclick: () => this.toggleGroupPanel(false) }, '×')),
+      h('div', { class: 'list-title' }, `Members${c.members ? ` · ${c.members.length}` : ''}`),
+      h('ul', { class: 'people', 'data-testid': 'member-list' }, members),
+      addForm,
+      c.active ? h('button', {
+        class: 'btn small danger wide', 'data-testid': 'leave-btn',
+        onclick: async () => {
+          if (!confirm('Leave this group?')) return;
+          try { await this.engine.api.leave(c.groupId); this.engine.kickSync(); this.toast('You left the group'); } catch (e) { this.toast(e.message); }
+        },
+      }, 'Leave group') : h('p', { class: 'muted small' }, 'You are no longer a member.'));
+  }
+
+  sig(c) {
+    return JSON.stringify([c.members, c.role, c.active, c.name, [...this.store.names.entries()].length]);
+  }
+}

@@ -1,0 +1,66 @@
+"""Schemathesis against the running server's own OpenAPI document: every operation, valid
+and invalid inputs (schemathesis' default generation modes), authenticated as a real
+user; the one check is that nothing answers 5xx.
+
+Nothing is excluded. ``DELETE /v1/sessions/current`` revokes the token it is called with,
+so each of its calls gets a token of its own (a fresh login of the same user); every
+other call uses the fuzz user's main token.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from tests.support import PASSWORD
+
+
+@pytest.fixture
+def fuzz_user(url: str) -> dict[str, Any]:
+    username = f"fuzz{uuid.uuid4().hex[:10]}"
+    with httpx.Client(base_url=url, timeout=30) as http:
+        r = http.post("/v1/users", json={"username": username, "password": PASSWORD})
+        assert r.status_code == 201, r.text
+        r = http.post("/v1/sessions", json={"username": username, "password": PASSWORD})
+        assert r.status_code == 200, r.text
+        return {"username": username, **r.json()}
+
+
+@pytest.fixture
+def api_schema(url: str) -> Any:
+    return schemathesis.openapi.from_url(f"{url}/openapi.json")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def _fresh_token(url: str, user: dict[str, Any]) -> str:
+    r = httpx.post(
+        f"{url}/v1/sessions",
+        json={"username": user["username"], "password": PASSWORD},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return str(r.json()["token"])
+
+
+@schema.parametrize()
+@settings(
+    max_examples=20,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_no_operation_answers_5xx(case: Any, url: str, fuzz_user: dict[str, Any]) -> None:
+    op = case.operation
+    token = fuzz_user["token"]
+    if op.method.upper() == "DELETE" and op.path == "/v1/sessions/current":
+        token = _fresh_token(url, fuzz_user)
+    response = case.call(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=40)
+    case.validate_response(response, checks=[not_a_server_error])

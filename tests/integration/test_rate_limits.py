@@ -1,0 +1,245 @@
+"""Per-user rate limits on sends, read reports and typing, and the cap on WebSockets per
+user, against a dedicated server started with low limits. A refused request is answered
+(``rate_limited``), takes no seq, moves no cursor, and never costs the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from im_server.client import ApiError, Client, Connection
+from tests.support import ServerProcess, Stores, befriend, eventually, new_user
+
+SEND_PER_S, SEND_BURST = 5, 10
+READ_PER_S, READ_BURST = 5, 10
+TYPING_PER_S, TYPING_BURST = 1, 2
+MAX_CONNS = 3
+
+LIMITS = {
+    "IM_RATE_SEND_PER_S": str(SEND_PER_S),
+    "IM_RATE_SEND_BURST": str(SEND_BURST),
+    "IM_RATE_READ_PER_S": str(READ_PER_S),
+    "IM_RATE_READ_BURST": str(READ_BURST),
+    "IM_RATE_TYPING_PER_S": str(TYPING_PER_S),
+    "IM_RATE_TYPING_BURST": str(TYPING_BURST),
+    "IM_MAX_CONNECTIONS_PER_USER": str(MAX_CONNS),
+}
+
+
+@pytest.fixture(scope="module")
+def limited(stores: Stores) -> Iterator[ServerProcess]:
+    srv = ServerProcess(env={**stores.env(), **LIMITS}).start()
+    yield srv
+    srv.terminate()
+
+
+@pytest.fixture
+async def duo(limited: ServerProcess) -> AsyncIterator[tuple[Client, Client, str]]:
+    a, b = await new_user(limited.url, "alice"), await new_user(limited.url, "bob")
+    conv = await befriend(a, b)
+    yield a, b, conv
+    await a.aclose()
+    await b.aclose()
+
+
+def _log(srv: ServerProcess) -> str:
+    return "\nserver log:\n" + srv.log_tail(20)
+
+
+async def _state(c: Client, conv: str) -> dict[str, Any]:
+    return next(s for s in await c.conversations() if s["conv_id"] == conv)
+
+
+async def _errors(conn: Connection, settle: float = 0.3) -> list[dict[str, Any]]:
+    """Every error frame that arrives until the socket has been quiet for ``settle`` s."""
+    await conn.ping()
+    out = []
+    while (ev := await conn.try_next_event("error", timeout=settle)) is not None:
+        out.append(ev)
+    return out
+
+
+async def _rest_send(c: Client, conv: str) -> httpx.Response:
+    body = {"client_msg_id": uuid.uuid4().hex, "content_type": "text", "content": {"text": "rest"}}
+    return await c.http.post(
+        f"{c.base_url}/v1/conversations/{conv}/messages",
+        json=body,
+        headers={"Authorization": f"Bearer {c.token}"},
+    )
+
+
+async def test_send_burst_is_limited_and_refusals_take_no_seq(
+    duo: tuple[Client, Client, str], limited: ServerProcess
+) -> None:
+    alice, bob, conv = duo
+    conn = await alice.connect()
+    started = time.monotonic()
+    futs = [await conn.send_nowait(conv, f"burst {i}") for i in range(30)]
+    acks = await asyncio.gather(*futs)
+    elapsed = time.monotonic() - started
+    ok = [a for a in acks if a["ok"]]
+    refused = [a for a in acks if not a["ok"]]
+    # the burst, plus what refilled while the 30 frames were handled
+    most = SEND_BURST + int(elapsed * SEND_PER_S) + 1
+    assert SEND_BURST <= len(ok) <= most, (len(ok), elapsed, acks)
+    assert all(a["ok"] for a in acks[:SEND_BURST]), acks[:SEND_BURST]
+    for a in refused:
+        assert a["code"] == "rate_limited" and a["message"], a
+        assert "seq" not in a or a["seq"] is None, a
+    assert sorted(a["seq"] for a in ok) == list(range(1, len(ok) + 1)), "refusals must take no seq"
+    await conn.ping()
+    assert not conn.closed.is_set()
+
+    # the REST twin shares the bucket: 429 rate_limited while it is empty
+    statuses = []
+    rest_seqs = []
+    for _ in range(3):
+        r = await _rest_send(alice, conv)
+        statuses.append(r.status_code)
+        if r.status_code == 200:
+            rest_seqs.append(r.json()["seq"])
+        else:
+            assert r.status_code == 429, (r.status_code, r.text)
+            assert r.json()["error"]["code"] == "rate_limited", r.text
+    assert 429 in statuses, statuses
+
+    # another user is not limited by alice's burst
+    other = await bob.connect()
+    bob_ack = await other.send(conv, "bob is fine")
+    assert bob_ack["ok"] is True, bob_ack
+
+    # after a pause the bucket has refilled
+    await asyncio.sleep(1.1)
+    again = [await conn.send(conv, f"after pause {i}") for i in range(SEND_PER_S)]
+    assert all(a["ok"] for a in again), again
+    every = sorted(
+        [a["seq"] for a in ok] + rest_seqs + [bob_ack["seq"]] + [a["seq"] for a in again]
+    )
+    # all seqs dense: none was taken by a refusal
+    assert every == list(range(1, len(every) + 1)), every
+
+    async def persisted() -> list[dict[str, Any]] | None:
+        msgs = (await bob.history(conv, limit=200))["messages"]
+        return msgs if len(msgs) >= len(every) else None
+
+    msgs = await eventually(persisted)
+    assert [m["seq"] for m in msgs] == every, [m["seq"] for m in msgs]
+    assert sum(1 for m in msgs if m["content"]["text"].startswith("burst")) == len(ok)
+    await conn.ping()
+    assert not conn.closed.is_set(), _log(limited)
+    await conn.close()
+    await other.close()
+
+
+async def test_read_reports_are_limited_and_refusals_move_no_cursor(
+    duo: tuple[Client, Client, str], limited: ServerProcess
+) -> None:
+    alice, bob, conv = duo
+    sender = await alice.connect()
+    acks = [await sender.send(conv, f"m{i}") for i in range(10)]
+    assert [a["seq"] for a in acks] == list(range(1, 11)), acks
+    conn = await bob.connect()
+    # spend the whole read budget on seq 1
+    for _ in range(READ_BURST):
+        await conn.read(conv, 1)
+    await conn.ping()
+    # REST read while the bucket is empty: 429, and the cursor stays at 1
+    with pytest.raises(ApiError) as refused:
+        await bob.read_rest(conv, 10)
+    assert (refused.value.status, refused.value.code) == (429, "rate_limited")
+    # more reports, each one further: the refused ones must not move the cursor
+    for seq in range(2, 11):
+        await conn.read(conv, seq)
+    errors = await _errors(conn)
+    assert errors and all(e["code"] == "rate_limited" and e["message"] for e in errors), errors
+    accepted = 9 - len(errors)
+    assert accepted <= 3, (accepted, errors)  # refills at 5/s while the frames are handled
+    await asyncio.sleep(0.3)  # the cursor batcher's group commit
+    st = await _state(bob, conv)
+    assert st["read_seq"] == 1 + accepted, (st, len(errors))
+    assert st["unread"] == 10 - (1 + accepted), st
+
+    # delivered reports share the read bucket
+    for seq in range(1, 13):
+        await conn.delivered(conv, seq)
+    errs = await _errors(conn)
+    assert any(e["code"] == "rate_limited" for e in errs), errs
+
+    # after a pause, reports work again
+    await asyncio.sleep(1.1)
+    await conn.read(conv, 10)
+    assert await _errors(conn, 0.2) == []
+
+    async def moved() -> bool:
+        return (await _state(bob, conv))["read_seq"] == 10
+
+    await eventually(moved)
+    assert (await bob.read_rest(conv, 10))["read_seq"] == 10
+    await conn.ping()
+    assert not conn.closed.is_set(), _log(limited)
+    await conn.close()
+    await sender.close()
+
+
+async def test_typing_is_limited(duo: tuple[Client, Client, str], limited: ServerProcess) -> None:
+    alice, bob, conv = duo
+    conn = await alice.connect()
+    peer = await bob.connect()
+    started = time.monotonic()
+    for _ in range(6):
+        await conn.typing(conv)
+    errors = await _errors(conn)
+    elapsed = time.monotonic() - started
+    assert all(e["code"] == "rate_limited" and e["message"] for e in errors), errors
+    passed = 6 - len(errors)
+    assert TYPING_BURST <= passed <= TYPING_BURST + int(elapsed * TYPING_PER_S) + 1, (
+        passed,
+        elapsed,
+    )
+    seen = []
+    while (ev := await peer.try_next_event("typing", timeout=0.3)) is not None:
+        seen.append(ev)
+    assert len(seen) == passed, (seen, errors)
+    await conn.ping()
+    assert not conn.closed.is_set(), _log(limited)
+    await conn.close()
+    await peer.close()
+
+
+async def test_connection_cap_per_user(limited: ServerProcess) -> None:
+    carol = await new_user(limited.url, "carol")
+    dave = await new_user(limited.url, "dave")
+    conns = [await carol.connect() for _ in range(MAX_CONNS)]
+    for c in conns:
+        await c.ping()
+    extra = await carol.connect()
+    assert await extra.wait_closed(5) == 1008
+    for c in conns:  # the first three are untouched
+        await c.ping()
+        assert not c.closed.is_set()
+    # the cap is per user: another user connects fine
+    d = await dave.connect()
+    await d.ping()
+    # a freed slot can be used again
+    await conns[0].close()
+
+    async def reconnects() -> Connection | None:
+        c = await carol.connect()
+        try:
+            await c.ping(timeout=2)
+            return c
+        except Exception:  # noqa: BLE001 - the slot was not freed yet
+            return None
+
+    again = await eventually(reconnects, timeout=5, interval=0.2)
+    for c in (*conns[1:], again, d):
+        await c.ping()
+        await c.close()
+    await carol.aclose()
+    await dave.aclose()
