@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.asyncio.connection import Connection
 
 from im_server.storage.redis import keys
@@ -57,6 +59,9 @@ class RedisStore:
             redis_connect_func=self._on_connect,
             max_connections=64,
             health_check_interval=0,
+            # one immediate retry (a pooled connection that died with a restarted Redis),
+            # then fail: a send must answer `unavailable` fast, not back off for seconds
+            retry=Retry(NoBackoff(), 1),
         )
         # the persister parses stream entries itself (cheaper than the generic callback)
         self.client.set_response_callback("XREADGROUP", _raw)  # type: ignore[arg-type]
