@@ -190,10 +190,18 @@ def main(argv: list[str] | None = None) -> None:
         add_help=False,
     )
     b.set_defaults(fn=None)
+    c = sub.add_parser(
+        "chat", help="a terminal chat client; --help for its options", add_help=False
+    )
+    c.set_defaults(fn=None)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         from im_server.bench.runner import main as bench_main
 
         sys.exit(bench_main(argv[1:]))
+    if argv[:1] == ["chat"]:
+        from im_server.chat import main as chat_main
+
+        sys.exit(chat_main(argv[1:]))
     args = parser.parse_args(argv)
     sys.exit(args.fn(args))

@@ -127,7 +127,7 @@ export class ListView {
       else if (c.type === 'group') preview = `${cap(s.plainName(m.sender_id))}: ${text}`;
       else preview = text;
     } else {
-      preview = c.type === 'group' ? 'No messages yet' : 'Say hello 👋';
+      preview = c.type === 'group' ? 'No messages yet' : 'No messages yet — say hello';
     }
     const prev = li.querySelector('.conv-preview');
     setText(prev, preview);

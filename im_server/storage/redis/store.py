@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.asyncio.connection import Connection
 
 from im_server.storage.redis import keys
 
