@@ -39,9 +39,11 @@ in ``conv_members`` is at least the highest one the server confirmed (``read_reg
 resends of old client_msg_ids answer ``duplicate`` with their first seq (``resend_bad``);
 the history of each conversation (REST) equals PostgreSQL.
 
-Figures: messages acked under load at the kill, the component's restart time, kill ->
-first ok ack after the restart, the longest stretch without any ok ack, kill -> every
-message acked before the kill is in PostgreSQL, and load stop -> stream drained.
+Figures: messages acked under load at the kill (and the stream depth then); the
+component's restart time (kill -> back); kill -> first ok ack received after the restart;
+kill -> every sender has an ok ack for a send made after the kill (``resume``); the
+longest stretch without any ok ack; kill -> everything acked before the kill is in
+PostgreSQL (the stream drained of the pre-kill backlog); load stop -> stream empty.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -100,10 +104,32 @@ def pg_dsn(stores: Stores) -> str:
     return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
+_TS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
+_NOISE = ("uvicorn.error: connection open", '"WebSocket /v1/ws?token=', "connection closed")
+
+
 def _tail_file(path: Path | None, n: int = 40) -> str:
+    """The last ``n`` lines, with runs of the same message (timestamps aside) collapsed
+    and WebSocket open/close chatter left out, so that a storm of one warning does not
+    hide what came before it."""
     if path is None or not path.exists():
         return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    out: list[str] = []
+    last_key, repeats = None, 0
+    for line in path.read_text(errors="replace").splitlines():
+        if any(x in line for x in _NOISE):
+            continue
+        key = _TS.sub("", line)
+        if key == last_key:
+            repeats += 1
+            continue
+        if repeats:
+            out.append(f"    ... the same {repeats} more time(s)")
+        out.append(line)
+        last_key, repeats = key, 0
+    if repeats:
+        out.append(f"    ... the same {repeats} more time(s)")
+    return "\n".join(out[-n:])
 
 
 class PersisterProcess:
@@ -251,7 +277,7 @@ class Load:
             client.base_url = url
             try:
                 conn = await client.connect(
-                    on_event=lambda f, i=i: self._on_event(i, f),
+                    on_event=functools.partial(self._on_event, i),
                     queue_events=False,
                     open_timeout=3,
                 )
@@ -289,9 +315,9 @@ class Load:
             if conn is None or conn.closed.is_set():
                 if conn is not None:
                     self._drop(i)
-                    for fut, (cmid, _) in inflight.items():
+                    for fut, (lost_cmid, _) in inflight.items():
                         fut.cancel()
-                        retry.append((0.0, cmid))
+                        retry.append((0.0, lost_cmid))
                     inflight.clear()
                 conn = await self._connect(i)
                 if conn is None:
@@ -299,7 +325,7 @@ class Load:
             now = time.monotonic()
             # fill the window: due retries first, then new sends
             while len(inflight) < p.window:
-                cmid = None
+                cmid: str | None = None
                 if retry and retry[0][0] <= now:
                     cmid = retry.popleft()[1]
                     self.retries += 1
@@ -643,6 +669,33 @@ class Rig:
                 self.stores.root / "pg", self.stores.pg.port, fsync=True
             )
 
+    async def stream_diag(self) -> str:
+        """XLEN, the consumer group, its consumers, pending entries, persister leases."""
+        r = self.redis_client()
+        out: list[str] = []
+        try:
+            for what, coro in (
+                ("XLEN", r.xlen(STREAM)),
+                ("XINFO GROUPS", r.xinfo_groups(STREAM)),
+                ("XINFO CONSUMERS", r.xinfo_consumers(STREAM, GROUP)),
+                ("XPENDING", r.xpending(STREAM, GROUP)),
+                ("first entry", r.xrange(STREAM, count=1)),
+            ):
+                try:
+                    out.append(f"{what}: {await asyncio.wait_for(coro, 2)}")
+                except Exception as e:  # noqa: BLE001
+                    out.append(f"{what}: {e!r}")
+            try:
+                lease_keys = [k async for k in r.scan_iter(match="*lease*", count=1000)]
+                for k in lease_keys:
+                    out.append(f"{k} = {await r.get(k)!r} (pttl {await r.pttl(k)} ms)")
+            except Exception as e:  # noqa: BLE001
+                out.append(f"lease keys: {e!r}")
+        finally:
+            with contextlib.suppress(Exception):
+                await r.aclose()
+        return "\n".join(out)
+
     def unexpected_exits(self) -> list[str]:
         """Processes that were not killed by the test but are gone (invariant 9)."""
         out = []
@@ -660,9 +713,11 @@ class Rig:
     def logs(self, n: int = 40) -> dict[str, str]:
         out: dict[str, str] = {}
         for g in self.dead:
-            out[f"gateway {g.env.get('IM_NODE_NAME')} :{g.port} (killed)"] = g.log_tail(n)
+            out[f"gateway {g.env.get('IM_NODE_NAME')} :{g.port} (killed)"] = _tail_file(
+                g.log_path, n
+            )
         for g in self.gateways:
-            out[f"gateway {g.env.get('IM_NODE_NAME')} :{g.port}"] = g.log_tail(n)
+            out[f"gateway {g.env.get('IM_NODE_NAME')} :{g.port}"] = _tail_file(g.log_path, n)
         for pp in self.persisters:
             out[f"persister {pp.node} (pid {pp.proc.pid if pp.proc else '?'})"] = pp.log_tail(n)
         if self.stores is not None and self.scenario in ("redis", "redis-empty"):
@@ -719,6 +774,7 @@ class Result:
     recovered: bool = False
     settled: bool = False
     errors: dict[str, int] = field(default_factory=dict)
+    stream_diag: str = ""  # when the stream did not drain: what Redis says about it
     logs: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -778,6 +834,11 @@ class Result:
             v = getattr(self, k)
             if v:
                 lines.append(f"  {k} ({len(v)}): " + "; ".join(v[:15]))
+        if self.stream_diag:
+            lines.append(
+                "  stream when the settle wait gave up:\n    "
+                + self.stream_diag.replace("\n", "\n    ")
+            )
         if with_logs and not self.ok:
             for name, text in self.logs.items():
                 lines.append(f"--- {name} ---\n{text}")
@@ -879,6 +940,8 @@ async def run_scenario(scenario: str, root: Path, p: Params) -> Result:
                     res.drain_s = time.monotonic() - t_stop
                     break
             await asyncio.sleep(0.1)
+        if not res.settled:
+            res.stream_diag = await rig.stream_diag()
         await mon.stop()
 
         # ---- resends of old client_msg_ids: duplicate, first seq

@@ -46,7 +46,9 @@ class Settings(BaseSettings):
     run_persister: bool = True
     persister_batch: int = 1000
     persister_block_ms: int = 1000
-    persister_claim_idle_ms: int = 10_000
+    # a partition's persister lease; a crashed persister's partition (and its pending
+    # entries) is taken over this long after its last renewal
+    persister_claim_idle_ms: int = 5_000
 
     # passwords (argon2id); tests lower the cost
     argon2_time_cost: int = 2

@@ -60,3 +60,14 @@ def is_store_error(exc: BaseException) -> bool:
         return True
     cause = exc.__cause__ or exc.__context__
     return cause is not None and cause is not exc and isinstance(cause, (OSError, ConnectionError))
+
+
+def check_text(value: str, field: str) -> str:
+    """Text that PostgreSQL can store: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        raise bad_request(f"{field} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request(f"{field} is not valid Unicode") from None
+    return value

@@ -62,3 +62,6 @@ DEDUPE_CONFLICTS = Counter(
     "im_dedupe_conflicts_total",
     "Queued messages not stored because PostgreSQL already held their dedupe key",
 )
+PERSIST_POISON = Counter(
+    "im_persist_unstorable_total", "Messages whose content the database refused (stored with a placeholder)"
+)

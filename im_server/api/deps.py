@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 
 from im_server.context import Context
 from im_server.errors import ImError
@@ -33,6 +33,8 @@ async def get_caller(request: Request, ctx: Annotated[Context, Depends(get_ctx)]
 
 
 Ctx = Annotated[Context, Depends(get_ctx)]
+# a server-chosen id in a path: a positive 64-bit integer
+Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
 CurrentUser = Annotated[Caller, Depends(get_caller)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.schemas import FriendRequestBody
 from im_server.services import contacts
 
@@ -28,7 +28,7 @@ async def list_requests(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
 
 
 @router.post("/requests/{request_id}/accept", summary="Accept a request: the single chat's conv_id")
-async def accept(request_id: int, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+async def accept(request_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await contacts.do_accept(ctx, caller.user_id, request_id)
 
 
@@ -42,7 +42,7 @@ async def list_friends(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     status_code=204,
     summary="Remove a friend (one-sided: clears the chat on my side only)",
 )
-async def remove_friend(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+async def remove_friend(user_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await contacts.do_remove_friend(ctx, caller.user_id, user_id)
     return Response(status_code=204)
 
@@ -53,13 +53,13 @@ blocks_router = APIRouter(prefix="/v1/blocks", tags=["friends"], responses=ERROR
 @blocks_router.put(
     "/{user_id}", status_code=204, summary="Block a user: they can no longer send to me"
 )
-async def block(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+async def block(user_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await contacts.do_block(ctx, caller.user_id, user_id, True)
     return Response(status_code=204)
 
 
 @blocks_router.delete("/{user_id}", status_code=204, summary="Unblock a user")
-async def unblock(user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+async def unblock(user_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await contacts.do_block(ctx, caller.user_id, user_id, False)
     return Response(status_code=204)
 

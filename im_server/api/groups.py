@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.schemas import AddMembers, NewGroup, RoleBody
 from im_server.services import groups
 
@@ -19,13 +19,13 @@ async def create_group(body: NewGroup, caller: CurrentUser, ctx: Ctx) -> dict[st
 
 
 @router.get("/{group_id}/members", summary="The group's current members and roles")
-async def members(group_id: int, caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
+async def members(group_id: Id, caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await groups.list_members(ctx, caller.user_id, group_id)
 
 
 @router.post("/{group_id}/members", summary="Add members, with or without history (owner/admins)")
 async def add_members(
-    group_id: int, body: AddMembers, caller: CurrentUser, ctx: Ctx
+    group_id: Id, body: AddMembers, caller: CurrentUser, ctx: Ctx
 ) -> dict[str, Any]:
     return await groups.do_add_members(
         ctx, caller.user_id, group_id, body.user_ids, body.with_history
@@ -35,7 +35,7 @@ async def add_members(
 @router.delete(
     "/{group_id}/members/{user_id}", status_code=204, summary="Kick a member (owner/admins)"
 )
-async def kick(group_id: int, user_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+async def kick(group_id: Id, user_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await groups.do_kick(ctx, caller.user_id, group_id, user_id)
     return Response(status_code=204)
 
@@ -43,7 +43,7 @@ async def kick(group_id: int, user_id: int, caller: CurrentUser, ctx: Ctx) -> Re
 @router.post(
     "/{group_id}/leave", status_code=204, summary="Leave the group (an owner hands over first)"
 )
-async def leave(group_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
+async def leave(group_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await groups.do_leave(ctx, caller.user_id, group_id)
     return Response(status_code=204)
 
@@ -52,6 +52,6 @@ async def leave(group_id: int, caller: CurrentUser, ctx: Ctx) -> Response:
     "/{group_id}/members/{user_id}/role", summary="Make a member admin or member again (owner only)"
 )
 async def set_role(
-    group_id: int, user_id: int, body: RoleBody, caller: CurrentUser, ctx: Ctx
+    group_id: Id, user_id: Id, body: RoleBody, caller: CurrentUser, ctx: Ctx
 ) -> dict[str, Any]:
     return await groups.do_set_role(ctx, caller.user_id, group_id, user_id, body.role)

@@ -13,7 +13,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from im_server.context import Context
-from im_server.errors import ImError, bad_request
+from im_server.errors import ImError, bad_request, check_text
 from im_server.storage import accounts as store
 
 _USERNAME = re.compile(r"^[A-Za-z0-9_.-]{3,32}$")
@@ -41,11 +41,12 @@ def check_registration(
         raise bad_request("username: 3-32 characters of letters, digits, '_', '.', '-'")
     if not isinstance(password, str) or not 8 <= len(password) <= 256:
         raise bad_request("password: 8-256 characters")
+    check_text(password, "password")
     if display_name is None:
         display_name = username
     if not isinstance(display_name, str) or not 1 <= len(display_name) <= 64:
         raise bad_request("display_name: 1-64 characters")
-    return username, password, display_name
+    return username, password, check_text(display_name, "display_name")
 
 
 async def do_register(
@@ -67,9 +68,11 @@ async def do_login(
         not isinstance(username, str)
         or not isinstance(password, str)
         or len(password) > 256
-        or len(username) > 64
+        or not _USERNAME.fullmatch(username)
+        or "\x00" in password
     ):
         raise ImError("unauthorized", "bad username or password")
+    check_text(password, "password")
     if device_id is None:
         device_id = secrets.token_hex(8)
     if not isinstance(device_id, str) or not _DEVICE.fullmatch(device_id):

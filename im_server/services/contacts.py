@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from im_server.context import Context
-from im_server.errors import ImError, bad_request, not_found
+from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.ids import MAX_ID, single_conv_id
 from im_server.services import notify, permissions, seqs
 from im_server.storage import accounts, contacts, conversations
@@ -42,6 +42,7 @@ async def do_request_friend(
         note = ""
     if not isinstance(note, str) or len(note) > 256:
         raise bad_request("note: at most 256 characters")
+    check_text(note, "note")
     accepted: str | None = None
     async with ctx.db.begin() as conn:
         if not await accounts.existing_user_ids(conn, [to]):

@@ -53,6 +53,8 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
         encoded = orjson.dumps(content)
     except (TypeError, orjson.JSONEncodeError) as e:
         raise bad_request(f"content cannot be encoded: {e}") from e
+    if b"\\u0000" in encoded and _has_nul(content):  # jsonb cannot hold a NUL character
+        raise bad_request("content must not contain NUL characters")
     if len(encoded) > ctx.settings.max_content_bytes:
         raise ImError(
             "too_large",
@@ -62,6 +64,16 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
         raise ImError("not_member", "this single chat is not yours")
     ctx.extra["rate_send"].check(sender_id, "messages")
     return ref, str(cmid), ctype, encoded.decode()
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def ack(conv_id: str, cmid: str, seq: int, server_time: int, duplicate: bool) -> dict[str, Any]:

@@ -16,7 +16,11 @@ WAIT_CAP_S = 30.0
 
 
 async def _page(ctx: Context, user_id: int, since: int, limit: int, recent: int) -> dict[str, Any]:
-    async with ctx.db.connect() as conn:
+    # one snapshot for the whole page: the changes, the counter, the re-read of a version
+    # group cut by the limit, and the states themselves
+    async with ctx.db.connect() as raw:
+        conn = await raw.execution_options(isolation_level="REPEATABLE READ")
+        await conn.begin()
         changed, cur = await sync.changed_since(conn, user_id, since, limit)
         has_more = len(changed) > limit
         if has_more:

@@ -34,9 +34,12 @@ async def persist_batch(
     originals of recall notices, and raise each conversation's persisted max_seq and
     version. Returns (version, rows inserted)."""
     tops: dict[str, int] = {}
+    lows: dict[str, int] = {}
     for m in batch:
         if m.seq > tops.get(m.conv_id, 0):
             tops[m.conv_id] = m.seq
+        if m.seq < lows.get(m.conv_id, 2**63 - 1):
+            lows[m.conv_id] = m.seq
     convs = sorted(tops)  # a fixed lock order across persisters
     r = await conn.execute(
         text(
@@ -62,6 +65,12 @@ async def persist_batch(
                   FROM unnest(CAST(:tc AS text[]), CAST(:tq AS bigint[])) AS y(c, q)
                 ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
                     seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
+            ), closed AS (
+                -- a closed window (kicked, left) that this batch fills in: the member's
+                -- state changes too, though new messages no longer reach it otherwise
+                UPDATE conv_members m SET version = (SELECT version FROM ver)
+                  FROM unnest(CAST(:tc AS text[]), CAST(:lo AS bigint[])) AS z(c, lo)
+                 WHERE m.conv_id = z.c AND m.max_seq IS NOT NULL AND m.max_seq >= z.lo
             )
             SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
             """
@@ -79,6 +88,7 @@ async def persist_batch(
             "bq": [x[1] for x in blank],
             "tc": convs,
             "tq": [tops[c] for c in convs],
+            "lo": [lows[c] for c in convs],
         },
     )
     version, inserted = r.one()

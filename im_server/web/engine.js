@@ -3,8 +3,9 @@
 // has_more) and adopt each conversation's state and newest messages; 3. pull the seq
 // ranges the client lacks with history; a pushed message that skips seqs triggers a
 // pull of the gap. Messages are stored once per (conv_id, seq) by the Store.
-// Between reconnects a long-polling sync keeps states (new conversations, cursors,
-// unread counts) fresh; friend requests are polled (the server pushes none).
+// A long-polling sync runs all along: it keeps states (new conversations, cursors,
+// unread counts) fresh, and carries the page while the WebSocket is down. Friend
+// requests are polled (the server pushes none).
 
 import { COUNTABLE } from './store.js';
 
@@ -37,13 +38,13 @@ export class Engine {
     this.pollAbort = null;
     this.wake = null;
     this.friendsAt = 0;
-    this.syncing = null;
+    this.longPolling = false;
     this.onFrame = (e) => this.frame(e.detail);
     this.onOpen = () => this.connected();
     this.onStatus = (e) => {
       this.store.connection = e.detail;
-      // no socket, no sync: what the long poll would bring waits for the reconnect
-      if (e.detail !== 'open' && this.pollAbort) this.pollAbort.abort();
+      // the socket dropped: a long poll in flight may hang on the same dead network
+      if (e.detail === 'closed' && this.pollAbort && this.longPolling) this.pollAbort.abort();
       this.store.changed('connection');
     };
     this.onVisible = () => this.readOpen();
@@ -87,6 +88,8 @@ export class Engine {
     // resend what was never acked (same client_msg_id: the server dedupes)
     for (const c of this.store.convs.values()) {
       for (const p of c.pending.values()) if (p.state === 'sending') this.transmit(p);
+      if (c.readSeq > c.readReported) this.reportRead(c, c.readSeq);
+      if (c.maxHeld > c.deliveredReported) this.scheduleDelivered(c);
     }
     this.kickSync();
     this.loadRequests().catch(() => {});
@@ -96,7 +99,7 @@ export class Engine {
   /** Run a sync now (abort the long poll in flight). */
   kickSync() {
     this.immediate = true;
-    if (this.pollAbort) this.pollAbort.abort();
+    if (this.pollAbort && this.longPolling) this.pollAbort.abort(); // a short one just runs again
     if (this.wake) this.wake();
   }
 
@@ -104,12 +107,9 @@ export class Engine {
     let failures = 0;
     this.immediate = true;
     while (this.running) {
-      if (this.socket.status !== 'open') {
-        // the recipe: the socket first, then sync (connected() wakes us)
-        await new Promise((r) => { this.wake = r; });
-        this.wake = null;
-        continue;
-      }
+      // Without a socket this long poll is what keeps the page current (the recipe's
+      // step 6); every (re)opened socket is followed by a sync (connected()), so nothing
+      // sent between the two is missed.
       const wait = this.immediate ? 0 : LONG_POLL_S;
       this.immediate = false;
       try {
@@ -134,11 +134,14 @@ export class Engine {
     try {
       for (let page = 0; page < 50; page += 1) {
         const since = this.store.version;
+        this.longPolling = page === 0 && wait > 0;
         const ans = await this.api.sync(since, { wait: page === 0 ? wait : 0, signal: ctrl.signal });
+        this.longPolling = false;
         this.applySync(ans);
         if (!ans.has_more || this.store.version === since) break;
       }
     } finally {
+      this.longPolling = false;
       if (this.pollAbort === ctrl) this.pollAbort = null;
     }
   }
@@ -264,10 +267,20 @@ export class Engine {
     }
     const seq = Math.max(c.maxHeld, c.maxSeq);
     if (!c.markRead(seq)) { c.unreadBase = 0; }
-    if (!this.socket.send({ type: 'read', conv_id: c.id, seq })) {
-      this.api.read(c.id, seq).catch(() => {});
-    }
+    this.reportRead(c, seq);
     this.store.changed('read', c.id);
+  }
+
+  /** Over the socket, else REST; what neither took is reported again on reconnect. */
+  reportRead(c, seq) {
+    if (this.socket.send({ type: 'read', conv_id: c.id, seq })) {
+      c.readReported = Math.max(c.readReported, seq);
+      return;
+    }
+    this.api.read(c.id, seq).then(
+      (r) => { c.readReported = Math.max(c.readReported, r.read_seq ?? seq); },
+      () => {},
+    );
   }
 
   open(convId) {
@@ -314,7 +327,7 @@ export class Engine {
       case 'read': {
         const c = this.store.conv(f.conv_id, false);
         if (!c) return;
-        if (f.user_id === me) c.markRead(f.seq);
+        if (f.user_id === me) { c.markRead(f.seq); c.readReported = Math.max(c.readReported, f.seq); }
         else if (c.type === 'single') c.peerReadSeq = Math.max(c.peerReadSeq, f.seq);
         this.store.changed('read', c.id);
         return;

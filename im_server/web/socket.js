@@ -71,10 +71,8 @@ export class Socket extends EventTarget {
   connect() {
     if (!this.running) return;
     clearTimeout(this.retryTimer);
-    if (navigator.onLine === false) {  // wait for the "online" event
-      this.setStatus('closed');
-      return;
-    }
+    // navigator.onLine is not trusted (it can be false with a server on localhost):
+    // attempts go on with backoff, and the "online" event retries at once
     this.setStatus('connecting');
     let ws;
     try {

@@ -54,9 +54,11 @@ export class ChatView {
     const c = this.store.open;
     if (!c || c.olderEnd || c.loadingOlder) return;
     if (this.scroller.scrollTop > 150) return;
+    if (c.olderRetryAt && Date.now() < c.olderRetryAt) return; // failed just now: not in a loop
     try {
       await this.engine.loadOlder(c);
     } catch (e) {
+      c.olderRetryAt = Date.now() + 5000;
       this.toast(`Could not load older messages: ${e.message}`);
     }
   }

@@ -137,9 +137,9 @@ export class Dialogs {
     const members = (c.members || []).map((mem) => h('li', { class: 'member', 'data-testid': 'member', 'data-user-id': mem.user_id },
       avatar(this.store.plainName(mem.user_id), mem.user_id, 'sm'),
       h('div', { class: 'member-text' },
-        h('div', { class: 'strong' }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
-        h('div', { class: 'muted small' }, `#${mem.user_id}`)),
-      h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role),
+        h('div', { class: 'strong', title: this.store.plainName(mem.user_id) }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
+        h('div', { class: 'muted small' },
+          h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role), ` #${mem.user_id}`)),
       canManage && mem.user_id !== me && rank[mem.role] < rank[myRole]
         ? h('button', {
           class: 'link-btn danger', 'data-testid': 'kick-btn', title: 'Remove from the group',

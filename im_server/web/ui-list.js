@@ -35,6 +35,9 @@ export class ListView {
     const incoming = this.store.requests.incoming || [];
     const outgoing = this.store.requests.outgoing || [];
     box.hidden = !incoming.length && !outgoing.length;
+    const sig = JSON.stringify([incoming, outgoing, incoming.map((r) => this.store.names.get(r.from_user_id))]);
+    if (box.dataset.sig === sig) return; // keep the buttons (and a click in progress)
+    box.dataset.sig = sig;
     const rows = [];
     if (incoming.length) rows.push(h('div', { class: 'list-title' }, 'Friend requests ', h('span', { class: 'pill accent' }, incoming.length)));
     for (const r of incoming) {

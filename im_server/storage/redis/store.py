@@ -68,6 +68,7 @@ class RedisStore:
         self._send = self.client.register_script((_SCRIPTS / "send_batch.lua").read_text())
         self._extend = self.client.register_script((_SCRIPTS / "extend_seq.lua").read_text())
         self._load_perm = self.client.register_script((_SCRIPTS / "load_perm.lua").read_text())
+        self._lease = self.client.register_script((_SCRIPTS / "lease.lua").read_text())
 
     async def _on_connect(self, conn: Connection) -> None:
         await conn.on_connect()
@@ -202,6 +203,13 @@ class RedisStore:
 
     # ---- stream (persister) ---------------------------------------------------------------
 
+    async def lease(self, partition: int, owner: str, ttl_ms: int, release: bool = False) -> bool:
+        """Take or renew (or release) the partition's persister lease; True when held."""
+        r = await self._lease(
+            keys=[keys.persister_lease(partition)], args=[owner, ttl_ms, "1" if release else "0"]
+        )
+        return bool(r)
+
     async def ensure_group(self, partition: int) -> None:
         try:
             await self.client.xgroup_create(
@@ -224,14 +232,17 @@ class RedisStore:
         return list(r or [])  # type: ignore[arg-type]
 
     async def autoclaim(
-        self, partition: int, consumer: str, min_idle_ms: int, count: int
-    ) -> list[tuple[str, dict[str, str]]]:
+        self, partition: int, consumer: str, min_idle_ms: int, count: int, start: str = "0-0"
+    ) -> tuple[str, list[tuple[str, Any]]]:
+        """Claim pending entries idle at least ``min_idle_ms``, from ``start``: (next start
+        id, "0-0" when done; [(id, fields or None if deleted)])."""
         r = await self.client.xautoclaim(
-            keys.stream(partition), keys.GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+            keys.stream(partition), keys.GROUP, consumer, min_idle_ms, start_id=start, count=count
         )
         # Redis 6.2 answers [next, entries], Redis 7 [next, entries, deleted]
-        entries = r[1] if r else []
-        return [(i, f) for i, f in entries if f is not None]
+        if not r:
+            return "0-0", []
+        return str(r[0]), [(e[0], e[1]) for e in r[1] if e]
 
     async def ack(self, stream_key: str, ids: list[str]) -> None:
         pipe = self.client.pipeline(transaction=False)
