@@ -28,6 +28,7 @@ from im_server.bench.load import Pacer, Stats, open_ws, percentile, receiver, se
 
 console = Console(stderr=True)
 BENCH_ENV = {
+    "IM_MAX_CONNECTIONS_PER_USER": "1000000",
     "IM_ARGON2_TIME_COST": "1",
     "IM_ARGON2_MEMORY_KIB": "1024",
     "IM_RATE_SEND_PER_S": "0",
@@ -438,6 +439,123 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             tmp.cleanup()
 
 
+async def register_many(url: str, n: int, tag: str) -> list[Any]:
+    from im_server.client import Client
+
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> Any:
+        async with sem:
+            return await Client.register(url, f"{tag}{i}", "bench-password")
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def idle_connections(args: argparse.Namespace) -> dict[str, Any]:
+    """How many idle WebSockets one server process holds, and its memory per connection."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
+    local = Local(Path(tmp.name))
+    try:
+        users = await register_many(
+            local.url, max(1, args.idle // 100), f"idle{uuid.uuid4().hex[:6]}"
+        )
+        proc = psutil.Process(local.server.pid)
+        rss0 = proc.memory_info().rss
+        conns = []
+        t0 = time.perf_counter()
+        with Progress(
+            TextColumn("[bold]idle"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            console=console,
+            transient=True,
+        ) as prog:
+            task = prog.add_task("idle", total=args.idle)
+            for i in range(args.idle):
+                conns.append(await open_ws(ws_url(local.url, users[i % len(users)].token)))
+                if i % 100 == 0:
+                    prog.update(task, completed=i)
+        opened = time.perf_counter() - t0
+        await asyncio.sleep(2)
+        rss1 = proc.memory_info().rss
+        alive = 0
+        for ws in conns[:: max(1, len(conns) // 200)]:  # a sample answers a ping
+            await ws.send('{"type":"ping"}')
+            if "pong" in str(await asyncio.wait_for(ws.recv(), 10)):
+                alive += 1
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(local.url + "/metrics")).text
+        held = int(float(text.split("\nim_connections ")[1].split()[0]))
+        for ws in conns:
+            await ws.close()
+        return {
+            "idle_connections": args.idle,
+            "held_by_server": held,
+            "sample_answering_ping": alive,
+            "open_seconds": opened,
+            "server_rss_before_mib": rss0 / 2**20,
+            "server_rss_after_mib": rss1 / 2**20,
+            "kib_per_connection": (rss1 - rss0) / max(1, args.idle) / 1024,
+        }
+    finally:
+        local.stop()
+        tmp.cleanup()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
+    """Deliveries per second in a group of ``--group`` members, all connected."""
+    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
+    local = Local(Path(tmp.name))
+    try:
+        members = await register_many(local.url, args.group, f"grp{uuid.uuid4().hex[:6]}")
+        owner = members[0]
+        g = await owner.create_group("bench", [m.user_id for m in members[1:]])
+        conv = g["conv_id"]
+        stats = Stats()
+        receivers = [await open_ws(ws_url(local.url, m.token)) for m in members[1:]]
+        rtasks = [asyncio.create_task(receiver(r, stats)) for r in receivers]
+        sender_ws = await open_ws(ws_url(local.url, owner.token))
+        procs = local.im_procs()
+        cpu0 = procs.cpu()
+        stop = asyncio.Event()
+        stats.started = time.perf_counter()
+        st = asyncio.create_task(
+            sender(sender_ws, conv, "g", args.window, args.size, stats, stop, Pacer(None))
+        )
+        await asyncio.sleep(args.duration)
+        stop.set()
+        await st
+        deadline = time.monotonic() + 10
+        want = stats.acked * (args.group - 1)
+        while stats.delivered < want and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        stats.stopped = time.perf_counter()
+        cpu = procs.cpu() - cpu0
+        for t in rtasks:
+            t.cancel()
+        for ws in [*receivers, sender_ws]:
+            await ws.close()
+        return {
+            "group_members": args.group,
+            "messages_acked": stats.acked,
+            "deliveries": stats.delivered,
+            "deliveries_expected": want,
+            "deliveries_per_s": stats.delivered / stats.seconds,
+            "messages_per_s": stats.acked / stats.seconds,
+            "delivery_p50_ms": percentile(stats.delivery_latency, 50) * 1000,
+            "delivery_p99_ms": percentile(stats.delivery_latency, 99) * 1000,
+            "server_cpu_us_per_delivery": cpu / max(1, stats.delivered) * 1e6,
+        }
+    finally:
+        local.stop()
+        tmp.cleanup()
+
+
 def report(res: dict[str, Any]) -> None:
     t = Table(
         title=f"im-server bench: {res['pairs']} pairs × window {res['window']}, {res['duration_s']} s, {res['size']}-byte text"
@@ -512,7 +630,28 @@ def main(argv: list[str] | None = None) -> int:
         "--half-rate", action="store_true", help="also run at half the measured rate (latency)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument(
+        "--idle", type=int, default=0, help="instead: hold this many idle WebSockets, report memory"
+    )
+    p.add_argument(
+        "--group", type=int, default=0, help="instead: fan-out in a group of this many members"
+    )
     args = p.parse_args(argv)
+    if args.idle or args.group:
+        fn = idle_connections if args.idle else group_fanout
+        res = asyncio.run(fn(args))
+        if args.json:
+            print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+        else:
+            t = Table(
+                title="im-server bench: " + ("idle connections" if args.idle else "group fan-out")
+            )
+            t.add_column("figure")
+            t.add_column("value", justify="right")
+            for k, v in res.items():
+                t.add_row(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}")
+            Console().print(t)
+        return 0
     try:
         import uvloop
 

@@ -361,6 +361,7 @@ async def test_history_pages_back_to_the_start(server: Any, new_page: Any, shots
         # the session survives a reload (token in localStorage); logging out ends it
         await page.reload()
         await expect(item).to_be_visible()
-        await page.get_by_test_id("logout-btn").click()
+        async with page.expect_navigation():  # logging out reloads the page: a clean slate
+            await page.get_by_test_id("logout-btn").click()
         await expect(page.get_by_test_id("auth-screen")).to_be_visible()
         assert await page.evaluate("localStorage.getItem('im.session')") is None
