@@ -138,8 +138,13 @@ async def sender(
 
 
 async def receiver(
-    ws: ClientConnection, stats: Stats, on_frame: Callable[[dict[str, Any]], None] | None = None
+    ws: ClientConnection,
+    stats: Stats,
+    on_frame: Callable[[dict[str, Any]], None] | None = None,
+    who: str = "",
 ) -> None:
+    """Count deliveries; ``who`` tells receivers apart when several get the same
+    conversation (a group), so that a copy to each is not taken for a duplicate."""
     try:
         async for raw in ws:
             f = orjson.loads(raw)
@@ -148,7 +153,7 @@ async def receiver(
                     on_frame(f)
                 continue
             m = f["message"]
-            got = stats.delivered_seqs.setdefault(m["conv_id"], set())
+            got = stats.delivered_seqs.setdefault(who + m["conv_id"], set())
             if m["seq"] in got:
                 stats.duplicates += 1
                 continue
