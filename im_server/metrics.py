@@ -63,5 +63,6 @@ DEDUPE_CONFLICTS = Counter(
     "Queued messages not stored because PostgreSQL already held their dedupe key",
 )
 PERSIST_POISON = Counter(
-    "im_persist_unstorable_total", "Messages whose content the database refused (stored with a placeholder)"
+    "im_persist_unstorable_total",
+    "Messages whose content the database refused (stored with a placeholder)",
 )

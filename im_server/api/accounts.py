@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.schemas import NewSession, NewUser
 from im_server.services import accounts
 
@@ -34,3 +34,8 @@ async def logout(caller: CurrentUser, ctx: Ctx) -> Response:
 @router.get("/me", summary="Who am I")
 async def me(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.me(ctx, caller.user_id)
+
+
+@router.get("/users/{user_id}", summary="A user's public profile (username, display name)")
+async def user_profile(user_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return await accounts.profile(ctx, user_id)

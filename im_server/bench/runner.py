@@ -518,7 +518,9 @@ async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
         conv = g["conv_id"]
         stats = Stats()
         receivers = [await open_ws(ws_url(local.url, m.token)) for m in members[1:]]
-        rtasks = [asyncio.create_task(receiver(r, stats, who=f"{i}:")) for i, r in enumerate(receivers)]
+        rtasks = [
+            asyncio.create_task(receiver(r, stats, who=f"{i}:")) for i, r in enumerate(receivers)
+        ]
         sender_ws = await open_ws(ws_url(local.url, owner.token))
         procs = local.im_procs()
         cpu0 = procs.cpu()

@@ -127,3 +127,12 @@ async def me(ctx: Context, user_id: int) -> dict[str, object]:
     if user is None:
         raise ImError("unauthorized", "user is gone")
     return {"user_id": user.user_id, "username": user.username, "display_name": user.display_name}
+
+
+async def profile(ctx: Context, user_id: int) -> dict[str, object]:
+    """Another user's public profile (what a client shows next to a user id)."""
+    async with ctx.db.connect() as conn:
+        user = await store.user_by_id(conn, user_id)
+    if user is None:
+        raise ImError("not_found", "no such user")
+    return {"user_id": user.user_id, "username": user.username, "display_name": user.display_name}

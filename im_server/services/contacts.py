@@ -78,7 +78,19 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
 async def requests(ctx: Context, me: int) -> dict[str, Any]:
     async with ctx.db.connect() as conn:
         incoming, outgoing = await contacts.pending_for(conn, me)
-    return {"incoming": [r.public() for r in incoming], "outgoing": [r.public() for r in outgoing]}
+        names = await accounts.usernames(
+            conn,
+            sorted({r.from_user_id for r in incoming} | {r.to_user_id for r in outgoing} | {me}),
+        )
+
+    def shown(r: contacts.FriendRequest) -> dict[str, Any]:
+        return {
+            **r.public(),
+            "from_username": names.get(r.from_user_id),
+            "to_username": names.get(r.to_user_id),
+        }
+
+    return {"incoming": [shown(r) for r in incoming], "outgoing": [shown(r) for r in outgoing]}
 
 
 async def friends(ctx: Context, me: int) -> list[dict[str, Any]]:

@@ -57,7 +57,11 @@ async def list_members(ctx: Context, me: int, group_id: int) -> list[dict[str, A
                 raise not_found("no such group")
             raise ImError("not_member", "you are not a member of this group")
         rows = await conversations.members(conn, conv_id)
-    return [{"user_id": m.user_id, "role": ROLE_NAMES[m.role]} for m in rows]
+        names = await accounts.usernames(conn, [m.user_id for m in rows])
+    return [
+        {"user_id": m.user_id, "role": ROLE_NAMES[m.role], "username": names.get(m.user_id)}
+        for m in rows
+    ]
 
 
 async def _require_admin(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -22,17 +23,50 @@ class NewMessage:
     server_time: int
 
 
+# One statement per batch (one round trip, autocommit): take the next sync version,
+# insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes nothing; originals
+# recalled within the batch go in blanked), blank the earlier originals of recall notices,
+# raise each conversation's persisted max_seq and version, and bump the version of
+# members whose closed window (kicked, left) this batch fills in: new messages no longer
+# reach their state otherwise.
+_PERSIST = """
+WITH ver AS (
+    UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
+), ins AS (
+    INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled)
+    SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc
+      FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+                  $8::boolean[]) AS x(c, q, s, m, t, b, ts, rc)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), blank AS (
+    UPDATE messages m SET content = NULL, recalled = true
+      FROM unnest($9::text[], $10::bigint[]) AS r(c, q)
+     WHERE m.conv_id = r.c AND m.seq = r.q
+), conv AS (
+    INSERT INTO conversations (conv_id, conv_type, max_seq, seq_reserved, version, created_at)
+    SELECT c, CASE WHEN left(c, 2) = 'g:' THEN 2 ELSE 1 END, q, q, (SELECT version FROM ver),
+           (extract(epoch from now()) * 1000)::bigint
+      FROM unnest($11::text[], $12::bigint[]) AS y(c, q)
+    ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
+        seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
+), closed AS (
+    UPDATE conv_members m SET version = (SELECT version FROM ver)
+      FROM unnest($11::text[], $13::bigint[]) AS z(c, lo)
+     WHERE m.conv_id = z.c AND m.max_seq IS NOT NULL AND m.max_seq >= z.lo
+)
+SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
+"""
+
+
 async def persist_batch(
-    conn: AsyncConnection,
+    conn: asyncpg.Connection,
     batch: list[NewMessage],
     recalled_here: set[tuple[str, int]],
     blank: list[tuple[str, int]],
 ) -> tuple[int, int]:
-    """Write a batch in ONE statement (one round trip, autocommit): take the next sync
-    version, insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes
-    nothing; originals recalled within the batch go in blanked), blank the earlier
-    originals of recall notices, and raise each conversation's persisted max_seq and
-    version. Returns (version, rows inserted)."""
+    """Write a batch with the statement above, on a plain asyncpg connection (the hot
+    write path skips the pool and its per-checkout ping). Returns (version, inserted)."""
     tops: dict[str, int] = {}
     lows: dict[str, int] = {}
     for m in batch:
@@ -41,58 +75,24 @@ async def persist_batch(
         if m.seq < lows.get(m.conv_id, 2**63 - 1):
             lows[m.conv_id] = m.seq
     convs = sorted(tops)  # a fixed lock order across persisters
-    r = await conn.execute(
-        text(
-            """
-            WITH ver AS (
-                UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
-            ), ins AS (
-                INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled)
-                SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc
-                  FROM unnest(CAST(:c AS text[]), CAST(:q AS bigint[]), CAST(:s AS bigint[]), CAST(:m AS text[]),
-                              CAST(:t AS text[]), CAST(:b AS text[]), CAST(:ts AS bigint[]), CAST(:rc AS boolean[]))
-                       AS x(c, q, s, m, t, b, ts, rc)
-                ON CONFLICT DO NOTHING
-                RETURNING 1
-            ), blank AS (
-                UPDATE messages m SET content = NULL, recalled = true
-                  FROM unnest(CAST(:bc AS text[]), CAST(:bq AS bigint[])) AS r(c, q)
-                 WHERE m.conv_id = r.c AND m.seq = r.q
-            ), conv AS (
-                INSERT INTO conversations (conv_id, conv_type, max_seq, seq_reserved, version, created_at)
-                SELECT c, CASE WHEN left(c, 2) = 'g:' THEN 2 ELSE 1 END, q, q, (SELECT version FROM ver),
-                       (extract(epoch from now()) * 1000)::bigint
-                  FROM unnest(CAST(:tc AS text[]), CAST(:tq AS bigint[])) AS y(c, q)
-                ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
-                    seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
-            ), closed AS (
-                -- a closed window (kicked, left) that this batch fills in: the member's
-                -- state changes too, though new messages no longer reach it otherwise
-                UPDATE conv_members m SET version = (SELECT version FROM ver)
-                  FROM unnest(CAST(:tc AS text[]), CAST(:lo AS bigint[])) AS z(c, lo)
-                 WHERE m.conv_id = z.c AND m.max_seq IS NOT NULL AND m.max_seq >= z.lo
-            )
-            SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
-            """
-        ),
-        {
-            "c": [m.conv_id for m in batch],
-            "q": [m.seq for m in batch],
-            "s": [m.sender_id for m in batch],
-            "m": [m.client_msg_id for m in batch],
-            "t": [m.content_type for m in batch],
-            "b": [m.content_json for m in batch],
-            "ts": [m.server_time for m in batch],
-            "rc": [(m.conv_id, m.seq) in recalled_here for m in batch],
-            "bc": [x[0] for x in blank],
-            "bq": [x[1] for x in blank],
-            "tc": convs,
-            "tq": [tops[c] for c in convs],
-            "lo": [lows[c] for c in convs],
-        },
+    row = await conn.fetchrow(
+        _PERSIST,
+        [m.conv_id for m in batch],
+        [m.seq for m in batch],
+        [m.sender_id for m in batch],
+        [m.client_msg_id for m in batch],
+        [m.content_type for m in batch],
+        [m.content_json for m in batch],
+        [m.server_time for m in batch],
+        [(m.conv_id, m.seq) in recalled_here for m in batch],
+        [x[0] for x in blank],
+        [x[1] for x in blank],
+        convs,
+        [tops[c] for c in convs],
+        [lows[c] for c in convs],
     )
-    version, inserted = r.one()
-    return int(version), int(inserted)
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:

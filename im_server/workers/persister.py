@@ -10,12 +10,11 @@ import logging
 import time
 from typing import Any
 
+import asyncpg
 import orjson
-from sqlalchemy.exc import DBAPIError
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.errors import is_store_error
 from im_server.services import notify
 from im_server.storage import messages
 from im_server.storage.messages import NewMessage
@@ -47,6 +46,7 @@ class Persister:
         self._task: asyncio.Task[Any] | None = None
         self.on_commit: list[Any] = []  # callbacks(batch) after each commit
         self.held: set[int] = set()  # partitions whose lease this persister holds
+        self._pg: asyncpg.Connection | None = None  # the write connection, outside the pool
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name="persister")
@@ -125,6 +125,9 @@ class Persister:
             except Exception:  # noqa: BLE001 - it expires by itself
                 pass
         self.held.clear()
+        if self._pg is not None:
+            await self._pg.close()
+            self._pg = None
 
     async def _take_over(self, partition: int) -> None:
         """Claim and store everything pending in the partition (any consumer's), in order."""
@@ -153,9 +156,19 @@ class Persister:
     async def _write(
         self, batch: list[NewMessage], here: set[tuple[str, int]], blank: list[tuple[str, int]]
     ) -> tuple[int, int]:
-        async with self.ctx.db.connect() as c:
-            conn = await c.execution_options(isolation_level="AUTOCOMMIT")
-            return await messages.persist_batch(conn, batch, here, blank)
+        if self._pg is None or self._pg.is_closed():
+            url = self.ctx.settings.database_url or ""
+            self._pg = await asyncpg.connect(
+                url.replace("postgresql+asyncpg://", "postgresql://"), timeout=5
+            )
+        try:
+            return await messages.persist_batch(self._pg, batch, here, blank)
+        except asyncpg.DataError:
+            raise
+        except BaseException:
+            pg, self._pg = self._pg, None  # unknown state: start over on a new connection
+            pg.terminate()
+            raise
 
     async def _write_one_by_one(
         self,
@@ -173,9 +186,7 @@ class Persister:
         for m in batch:
             try:
                 version, n = await self._write([m], here, blank)
-            except DBAPIError as e:
-                if is_store_error(e):
-                    raise
+            except asyncpg.DataError as e:
                 metrics.PERSIST_POISON.inc()
                 log.error(
                     "message %s/%d refused by the database (%r): content replaced",
@@ -229,9 +240,7 @@ class Persister:
             here = {(m.conv_id, m.seq) for m in batch} & targets
             try:
                 version, inserted = await self._write(batch, here, sorted(targets - here))
-            except DBAPIError as e:
-                if is_store_error(e):
-                    raise
+            except asyncpg.DataError as e:
                 version, inserted = await self._write_one_by_one(
                     batch, here, sorted(targets - here), e
                 )

@@ -1,6 +1,6 @@
 """Browser fixtures: Debian's Chromium driven by Playwright (the Playwright browser
-download is not used). Set IM_CHROMIUM to another executable; set IM_E2E_REQUIRED=1 to
-fail instead of skipping when no browser is available (CI)."""
+download is not used). Set IM_CHROMIUM to another executable. A missing browser fails
+the tests: `scripts/test` installs Chromium and the test extras install Playwright."""
 
 from __future__ import annotations
 
@@ -38,9 +38,7 @@ def _chromium() -> str | None:
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("IM_E2E_REQUIRED") == "1":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    pytest.fail(reason)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Screenshots of each step go to ``test-artifacts/screenshots/``."""
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from pathlib import Path
@@ -14,15 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import expect  # in the test extras
 
 from tests.support import PASSWORD
-
-try:
-    from playwright.async_api import expect
-except ImportError:  # the browser tests need the test extras plus playwright
-    if os.environ.get("IM_E2E_REQUIRED") == "1":
-        raise
-    pytest.skip("playwright is not installed", allow_module_level=True)
 
 pytestmark = pytest.mark.timeout(120)
 expect.set_options(timeout=10_000)

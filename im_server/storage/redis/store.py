@@ -280,6 +280,9 @@ class RedisStore:
         scores = await self.client.zmscore(keys.LONG_POLLS, [str(u) for u in user_ids])
         return [u for u, s in zip(user_ids, scores, strict=True) if s is not None and s > now]
 
+    async def any_long_polls(self) -> bool:
+        return bool(await self.client.zcount(keys.LONG_POLLS, int(time.time() * 1000), "+inf"))
+
     async def expire_long_polls(self) -> None:
         await self.client.zremrangebyscore(keys.LONG_POLLS, 0, int(time.time() * 1000))
 
