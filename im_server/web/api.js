@@ -60,6 +60,7 @@ export class Api {
   }
   logout() { return this.del('/v1/sessions/current'); }
   me() { return this.get('/v1/me'); }
+  user(userId) { return this.get(`/v1/users/${userId}`); }
 
   // contacts
   friends() { return this.get('/v1/friends'); }

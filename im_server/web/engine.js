@@ -48,6 +48,7 @@ export class Engine {
       this.store.changed('connection');
     };
     this.onVisible = () => this.readOpen();
+    store.fetchUser = (id) => api.user(id); // names the store does not know yet
   }
 
   start() {
@@ -453,12 +454,16 @@ export class Engine {
     this.friendsAt = now;
     const friends = await this.api.friends();
     this.store.friends = friends;
-    for (const f of friends) this.store.names.set(f.user_id, f.username);
+    for (const f of friends) this.store.learn(f.user_id, f.username);
     this.store.changed('friends');
   }
 
   async loadRequests() {
     const r = await this.api.friendRequests();
+    for (const q of [...(r.incoming || []), ...(r.outgoing || [])]) {
+      this.store.learn(q.from_user_id, q.from_username);
+      this.store.learn(q.to_user_id, q.to_username);
+    }
     const before = JSON.stringify(this.store.requests);
     this.store.requests = r;
     if (JSON.stringify(r) !== before) this.store.changed('requests');
@@ -487,6 +492,7 @@ export class Engine {
 
   async loadMembers(c) {
     c.members = await this.api.members(c.groupId);
+    for (const m of c.members) this.store.learn(m.user_id, m.username);
     this.store.changed('members', c.id);
     return c.members;
   }

@@ -1,7 +1,11 @@
 // Client state: me, names, friends, requests and one Conv per conversation. Messages
 // are kept once per (conv_id, seq); each Conv tracks the contiguous segment of seqs it
 // holds ([floor, top]: every seq there is held or known not to exist), which is what
-// the engine uses to find the ranges to pull.
+// the engine uses to find the ranges to pull. Names are a cache (user_id -> username)
+// filled from friends, group members and friend requests; a miss asks GET /v1/users/{id}
+// (one request per id at a time) and the views re-render when the name arrives.
+
+const LOOKUP_RETRY_MS = 10000; // a lookup that failed (not a 404) is tried again after this
 
 export const COUNTABLE = (m) => m.content_type !== 'system' && m.content_type !== 'recall';
 
@@ -206,6 +210,9 @@ export class Store extends EventTarget {
   reset() {
     this.me = null;               // {user_id, username}
     this.names = new Map();       // user_id -> username
+    this.lookups = new Map();     // user_id -> lookup in flight (or failed just now, or 404)
+    this.fetchUser = null;        // user_id -> promise of {user_id, username}; set by the engine
+    this.session = (this.session || 0) + 1; // answers of an ended session are dropped
     this.friends = [];
     this.requests = { incoming: [], outgoing: [] };
     this.convs = new Map();
@@ -231,13 +238,55 @@ export class Store extends EventTarget {
 
   get open() { return this.openId ? this.convs.get(this.openId) || null : null; }
 
-  nameOf(userId) {
-    if (this.me && userId === this.me.user_id) return 'you';
-    return this.names.get(userId) || `user #${userId}`;
+  /** Remember a username (friends, members, requests); true when it is news. */
+  learn(userId, username) {
+    if (userId == null || !username || this.names.get(userId) === username) return false;
+    this.names.set(userId, username);
+    return true;
   }
 
+  /** The username of a user not known yet: one GET per id at a time; resolves to the name or null. */
+  lookup(userId) {
+    if (this.names.has(userId)) return Promise.resolve(this.names.get(userId));
+    if (!this.fetchUser || !Number.isInteger(userId)) return Promise.resolve(null);
+    let p = this.lookups.get(userId);
+    if (p) return p;
+    const session = this.session;
+    p = this.fetchUser(userId).then(
+      (u) => {
+        if (session !== this.session) return null;
+        this.lookups.delete(userId);
+        if (this.learn(userId, u && u.username)) this.changed('names');
+        return this.names.get(userId) || null;
+      },
+      (e) => {
+        // unknown (404): not asked again this session; else again after a while
+        if (session === this.session && e.status !== 404) {
+          setTimeout(() => { if (this.lookups.get(userId) === p) this.lookups.delete(userId); }, LOOKUP_RETRY_MS);
+        }
+        return null;
+      },
+    );
+    this.lookups.set(userId, p);
+    return p;
+  }
+
+  /** Wait until these users' names are known (or cannot be). */
+  resolve(userIds) {
+    return Promise.all([...new Set(userIds)].map((u) => this.lookup(u)));
+  }
+
+  nameOf(userId) {
+    if (this.me && userId === this.me.user_id) return 'you';
+    return this.plainName(userId);
+  }
+
+  /** The username, else a stand-in while it is looked up. */
   plainName(userId) {
-    return this.names.get(userId) || `user #${userId}`;
+    const name = this.names.get(userId);
+    if (name) return name;
+    this.lookup(userId);
+    return `user #${userId}`;
   }
 
   title(c) {

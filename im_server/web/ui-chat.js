@@ -107,7 +107,7 @@ export class ChatView {
       sub = [n != null ? `${n} members` : 'group', c.role ? `you are ${c.role}` : null, c.active ? null : 'you left']
         .filter(Boolean).join(' · ');
     } else {
-      sub = `user #${c.peerId}`;
+      sub = `user id ${c.peerId}`;
     }
     setText($('#chat-sub'), sub);
     $('#group-info-btn').hidden = c.type !== 'group';

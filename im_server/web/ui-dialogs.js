@@ -47,7 +47,7 @@ export class Dialogs {
       const r = await this.engine.requestFriend(id, $('#friend-note').value.trim());
       $('#dlg-friend').close();
       if (r.accepted) { this.toast('You are now friends'); if (r.conv_id) this.onOpen(r.conv_id, { wait: true }); }
-      else this.toast(`Request sent to user #${id}`);
+      else this.toast(`Request sent to ${this.store.plainName(id)}`);
     } catch (e) {
       err.textContent = e.code === 'not_found' ? `No user with id ${id}.`
         : e.code === 'conflict' ? 'You are already friends.' : e.message;
@@ -99,6 +99,7 @@ export class Dialogs {
       this.store.changed('receipts', c.id);
       const rows = [h('p', { class: 'strong', 'data-testid': 'receipts-summary' }, `${r.read_count} of ${r.member_count} read`)];
       if (Array.isArray(r.readers)) {
+        await this.store.resolve(r.readers); // readers not known yet: their names first
         rows.push(h('ul', { class: 'people' }, r.readers.map((u) => h('li', { 'data-testid': 'reader' },
           avatar(this.store.plainName(u), u, 'sm'), h('span', {}, cap(this.store.plainName(u)))))));
         if (r.readers.length < r.read_count) rows.push(h('p', { class: 'muted small' }, `and ${r.read_count - r.readers.length} more`));
@@ -159,8 +160,8 @@ export class Dialogs {
           if (!ids.length) throw new Error('Enter at least one user id.');
           const r = await this.engine.api.addMembers(c.groupId, ids, f.elements.history.checked);
           f.reset();
+          await this.engine.loadMembers(c).catch(() => {}); // brings the new members' names
           this.toast(r && r.added && r.added.length ? `Added ${r.added.map((u) => this.store.plainName(u)).join(', ')}` : 'Already members');
-          await this.engine.loadMembers(c);
         } catch (err) { this.toast(err.code === 'not_found' ? 'Unknown user id.' : err.message); }
       },
     },
@@ -186,6 +187,6 @@ export class Dialogs {
   }
 
   sig(c) {
-    return JSON.stringify([c.members, c.role, c.active, c.name, [...this.store.names.entries()].length]);
+    return JSON.stringify([c.members, c.role, c.active, c.name, (c.members || []).map((m) => this.store.names.get(m.user_id) || null)]);
   }
 }

@@ -35,17 +35,18 @@ export class ListView {
     const incoming = this.store.requests.incoming || [];
     const outgoing = this.store.requests.outgoing || [];
     box.hidden = !incoming.length && !outgoing.length;
-    const sig = JSON.stringify([incoming, outgoing, incoming.map((r) => this.store.names.get(r.from_user_id))]);
+    const who = [...incoming.map((r) => r.from_user_id), ...outgoing.map((r) => r.to_user_id)];
+    const sig = JSON.stringify([incoming, outgoing, who.map((u) => this.store.names.get(u) || null)]);
     if (box.dataset.sig === sig) return; // keep the buttons (and a click in progress)
     box.dataset.sig = sig;
     const rows = [];
     if (incoming.length) rows.push(h('div', { class: 'list-title' }, 'Friend requests ', h('span', { class: 'pill accent' }, incoming.length)));
     for (const r of incoming) {
-      const name = this.store.names.get(r.from_user_id);
+      const name = this.store.plainName(r.from_user_id);
       rows.push(h('div', { class: 'request', 'data-testid': 'incoming-request', 'data-from': r.from_user_id },
-        avatar(name || String(r.from_user_id), r.from_user_id, 'sm'),
+        avatar(name, r.from_user_id, 'sm'),
         h('div', { class: 'request-text' },
-          h('div', { class: 'strong' }, name || `user #${r.from_user_id}`),
+          h('div', { class: 'strong', 'data-testid': 'request-from', title: `#${r.from_user_id}` }, name),
           h('div', { class: 'muted small ellipsis' }, r.note || 'wants to be your friend')),
         h('button', {
           class: 'btn small primary', 'data-testid': 'accept-request',
@@ -64,7 +65,7 @@ export class ListView {
     }
     for (const r of outgoing) {
       rows.push(h('div', { class: 'request outgoing', 'data-testid': 'outgoing-request' },
-        h('div', { class: 'muted small' }, `Request sent to user #${r.to_user_id} · waiting`)));
+        h('div', { class: 'muted small' }, `Request sent to ${this.store.plainName(r.to_user_id)} · waiting`)));
     }
     box.replaceChildren(...rows);
   }

@@ -24,8 +24,13 @@ log = logging.getLogger("im_server.persister")
 
 
 def decode(fields: dict[str, str] | list[str]) -> NewMessage:
+    """A stream entry: {q: seq, d: "conv\0sender\0cmid\0type\0content\0time\0..."}
+    (as send_batch.lua writes it); the older one-field-per-value form is read too."""
     if isinstance(fields, list):  # the raw reply: [name, value, name, value, ...]
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
+    if "d" in fields:
+        conv_id, sender, cmid, ctype, content, ts = fields["d"].split("\0", 6)[:6]
+        return NewMessage(conv_id, int(fields["q"]), int(sender), cmid, ctype, content, int(ts))
     return NewMessage(
         conv_id=fields["c"],
         seq=int(fields["q"]),

@@ -110,6 +110,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     request = alice.get_by_test_id("incoming-request")
     await expect(request).to_have_count(1)
     await expect(request).to_contain_text(bob_name)  # the note names the sender
+    await expect(request.get_by_test_id("request-from")).to_have_text(bob_name)  # not a friend yet
     await shot(alice, shots, "04-alice-incoming-request")
     await request.get_by_test_id("accept-request").click()
     await expect(alice.get_by_test_id("chat-title")).to_have_text(bob_name)
@@ -180,7 +181,8 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         carol_name = uname("carol")
         carol_id, carol_auth = await rest_user(http, carol_name)
-        dave_id, _ = await rest_user(http, uname("dave"))
+        dave_name = uname("dave")
+        dave_id, _ = await rest_user(http, dave_name)
 
         await alice.get_by_test_id("new-group-btn").click()
         await alice.get_by_test_id("group-name").fill("Weekend trip")
@@ -206,9 +208,11 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
         await expect(alice.get_by_test_id("receipts-summary")).to_have_text("2 of 2 read")
         readers = alice.get_by_test_id("reader")
         await expect(readers).to_have_count(2)
-        await expect(readers.nth(0)).to_contain_text(
-            bob_name if bob_id < carol_id else f"#{carol_id}"
+        # carol is no friend of alice's: her name comes from the members or GET /v1/users/{id}
+        await expect(readers).to_contain_text(
+            [bob_name, carol_name] if bob_id < carol_id else [carol_name, bob_name]
         )
+        await expect(alice.get_by_test_id("receipts-body")).not_to_contain_text("user #")
         await shot(alice, shots, "12-group-readers")
         await alice.keyboard.press("Escape")
 
@@ -224,12 +228,16 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
         await alice.get_by_test_id("add-member-history").check()
         await alice.get_by_test_id("add-member-submit").click()
         await expect(alice.get_by_test_id("member")).to_have_count(4)
+        # dave is nobody's friend: his username is looked up, not "user #N"
         await expect(alice.get_by_test_id("system-message")).to_have_text(
-            f"You added user #{dave_id} (with history)"
+            f"You added {dave_name} (with history)"
         )
         await expect(bob.get_by_test_id("system-message")).to_have_text(
-            f"{alice_name} added user #{dave_id} (with history)"
+            f"{alice_name} added {dave_name} (with history)"
         )
+        await expect(
+            alice.locator(f'[data-testid="member"][data-user-id="{dave_id}"]')
+        ).to_contain_text(dave_name)
         await shot(alice, shots, "13-group-members")
         await alice.get_by_test_id("group-info-btn").click()
 

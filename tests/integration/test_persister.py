@@ -189,7 +189,7 @@ async def test_stale_pending_entries_are_reclaimed(pstores: Stores, log_dir: Pat
         async with rds(pstores) as r:
             got = await r.xreadgroup(GROUP, "ghost", {STREAM: ">"}, count=10 * n)
             entries = got[0][1] if got else []
-            ours = [f for _i, f in entries if f.get("c") == conv]
+            ours = [f for _i, f in entries if f["d"].split("\0")[0] == conv]
             assert len(ours) == n, f"ghost read {len(ours)} of {n} entries"
             summary = await r.xpending(STREAM, GROUP)
             assert summary["pending"] >= n

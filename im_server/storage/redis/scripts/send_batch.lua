@@ -14,7 +14,8 @@
 -- background when fewer seqs than this remain), then one value per send: its fields
 -- joined by NUL: conv_id, sender_id, client_msg_id, content_type, content_json,
 -- server_time, skip_perm ("1" = lookup failed, fail open), skip_cold ("1" = PostgreSQL
--- was asked). (JSON text never holds a raw NUL, nor do the other fields.)
+-- was asked). (JSON text never holds a raw NUL, nor do the other fields.) A queued send
+-- becomes the stream entry {q: seq, d: that value}.
 -- Returns one entry per send:
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
@@ -72,8 +73,9 @@ for i = 5, #ARGV do
         res = {'need_block'}
       else
         local seq = redis.call('HINCRBY', kseq, 'cur', 1)
-        redis.call('XADD', KEYS[1], '*', 'c', conv, 'q', seq, 's', sender, 'm', cmid,
-          't', a[4], 'b', a[5], 'ts', ts)
+        -- the entry: its seq, and the send's fields as they came (the persister
+        -- reads conv_id, sender_id, client_msg_id, content_type, content, server_time)
+        redis.call('XADD', KEYS[1], '*', 'q', seq, 'd', ARGV[i])
         redis.call('SET', kdd, conv .. '|' .. seq .. '|' .. ts, 'EX', tonumber(ARGV[3]))
         local low = 0
         if tonumber(s[2]) - seq < tonumber(ARGV[4]) then
