@@ -414,7 +414,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         if args.half_rate and st.acked:
             rate = st.acked / st.seconds / 2
             hst, hcpu = await run_phase(
-                "im@half",
+                "half",
                 url,
                 pairs,
                 args.window,
