@@ -28,6 +28,17 @@ def _int_param(request: Request, name: str, *, minimum: int = 0) -> int | None:
     return value
 
 
+def _seq_path(raw: str) -> int:
+    """A seq in a path: a positive 64-bit integer, else 400."""
+    try:
+        n = int(raw, 10)
+    except ValueError:
+        raise bad_request("seq must be an integer") from None
+    if not 1 <= n <= 2**63 - 1:
+        raise bad_request("seq must be a positive 64-bit integer")
+    return n
+
+
 @router.get("/conversations", summary="My conversation states (hidden ones left out)")
 async def list_conversations(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await conversations.list_states(ctx, caller.user_id)
@@ -87,14 +98,7 @@ async def post_read(conv_id: str, body: ReadBody, caller: CurrentUser, ctx: Ctx)
     summary="Who read a message (from the members' cursors), by group size tier",
 )
 async def get_receipts(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    ref = parse_conv_id(conv_id)
-    try:
-        n = int(seq, 10)
-    except ValueError:
-        raise bad_request("seq must be an integer") from None
-    if n < 1:
-        raise bad_request("seq must be positive")
-    return await read.receipts(ctx, caller.user_id, ref, n)
+    return await read.receipts(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
 
 
 @router.post(
@@ -120,14 +124,7 @@ async def hide(conv_id: str, caller: CurrentUser, ctx: Ctx) -> Response:
     summary="Recall my message (within the recall window): a recall notice, the original blanked",
 )
 async def recall(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    ref = parse_conv_id(conv_id)
-    try:
-        n = int(seq, 10)
-    except ValueError:
-        raise bad_request("seq must be an integer") from None
-    if n < 1:
-        raise bad_request("seq must be positive")
-    return await history.do_recall(ctx, caller.user_id, ref, n)
+    return await history.do_recall(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
 
 
 @router.get("/unread", summary="Unread counts of every conversation, from one SQL statement")

@@ -159,37 +159,6 @@ async def active_members_of(conn: AsyncConnection, conv_ids: list[str]) -> list[
     return [int(x) for x in r.scalars()]
 
 
-async def upsert_member(
-    conn: AsyncConnection,
-    conv_id: str,
-    user_id: int,
-    role: int,
-    min_seq: int,
-    read_seq: int | None,
-    version: int,
-) -> None:
-    """Join or re-join: the window is replaced (open end, new start), the cursor set."""
-    await conn.execute(
-        text(
-            "INSERT INTO conv_members (conv_id, user_id, role, min_seq, max_seq, read_seq, delivered_seq, "
-            "hidden_seq, version, joined_at) VALUES (:c, :u, :r, :mn, NULL, :rs, COALESCE(:rs, 0), NULL, :v, :n) "
-            "ON CONFLICT (conv_id, user_id) DO UPDATE SET role = EXCLUDED.role, min_seq = EXCLUDED.min_seq, "
-            "max_seq = NULL, read_seq = EXCLUDED.read_seq, "
-            "delivered_seq = GREATEST(conv_members.delivered_seq, EXCLUDED.delivered_seq), "
-            "hidden_seq = NULL, version = EXCLUDED.version, joined_at = EXCLUDED.joined_at"
-        ),
-        {
-            "c": conv_id,
-            "u": user_id,
-            "r": role,
-            "mn": min_seq,
-            "rs": read_seq,
-            "v": version,
-            "n": now_ms(),
-        },
-    )
-
-
 async def close_window(
     conn: AsyncConnection, conv_id: str, user_id: int, max_seq: int, version: int
 ) -> bool:

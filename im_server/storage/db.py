@@ -69,13 +69,9 @@ async def ping(engine: AsyncEngine) -> None:
 async def next_version_txn(conn: AsyncConnection) -> int:
     """Take the next sync version. The row lock is held until the transaction commits, so
     versions become visible in order: no reader can see N while a writer of N-1 is open.
-    Call it last in a transaction to keep the lock short."""
+    Every writing transaction takes it first: one lock order everywhere, so writers
+    never deadlock on it."""
     r = await conn.execute(
         text("UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version")
     )
-    return int(r.scalar_one())
-
-
-async def current_version(conn: AsyncConnection) -> int:
-    r = await conn.execute(text("SELECT version FROM sync_version WHERE id = 1"))
     return int(r.scalar_one())

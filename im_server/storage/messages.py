@@ -107,20 +107,6 @@ async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) 
     )
 
 
-async def by_dedupe_key(
-    conn: AsyncConnection, sender_id: int, client_msg_id: str
-) -> tuple[str, int, int] | None:
-    row = (
-        await conn.execute(
-            text(
-                "SELECT conv_id, seq, server_time FROM messages WHERE sender_id = :s AND client_msg_id = :m"
-            ),
-            {"s": sender_id, "m": client_msg_id},
-        )
-    ).first()
-    return (str(row[0]), int(row[1]), int(row[2])) if row else None
-
-
 async def by_dedupe_keys(
     conn: AsyncConnection, pairs: list[tuple[int, str]]
 ) -> dict[tuple[int, str], tuple[str, int, int]]:
