@@ -40,10 +40,9 @@ async def login_on(url: str, client: Client, device_id: str) -> Client:
 
 
 async def settle(*conns: Connection) -> None:
-    """The server accepts the WebSocket before it authenticates and registers it, and
-    subscribes to the user's pub/sub channel in a background task: a ping round trip
-    proves the registration, a short pause covers the SUBSCRIBE. (A send made right
-    after connect() returns can miss a fresh socket; the sync recipe covers that.)"""
+    """A ping round trip on each socket (the server registers a socket and subscribes
+    to its user's channel before completing the handshake, so this is belt and braces),
+    and a short pause for the other node's heartbeat to list this one."""
     for c in conns:
         await c.ping()
     await asyncio.sleep(0.3)
@@ -133,4 +132,49 @@ async def test_group_push_across_processes(
             assert echo is None, f"{sender} got its own message back: {echo}"
     finally:
         for cl in clients:
+            await cl.aclose()
+
+
+async def test_cursor_pushes_and_receipts_cross_processes(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """read and delivered pushes, and group receipts, reach devices on the other process."""
+    s1, s2 = two_servers
+    a = await new_user(s1.url, "xra")
+    b = await new_user(s2.url, "xrb")
+    c = await new_user(s2.url, "xrc")
+    a_on_2 = await login_on(s2.url, a, "a-on-2")
+    try:
+        conv = await befriend(a, b)
+        ca, cb, ca2 = await a.connect(), await b.connect(), await a_on_2.connect()
+        await settle(ca, cb, ca2)
+        ack = await ca.send(conv, "did you get it?")
+        await cb.delivered(conv, ack["seq"])
+        ev = await ca.next_event("delivered", PUSH_TIMEOUT)
+        assert ev == {"type": "delivered", "conv_id": conv, "user_id": b.user_id, "seq": ack["seq"]}
+        await cb.read(conv, ack["seq"])
+        ev = await ca.next_event("read", PUSH_TIMEOUT)
+        assert ev["user_id"] == b.user_id and ev["seq"] == ack["seq"]
+        # my read on server 2 reaches my device on server 1
+        back = await cb.send(conv, "yes")
+        await ca2.read(conv, back["seq"])
+        ev = await ca.next_event("read", PUSH_TIMEOUT, lambda f: f["user_id"] == a.user_id)
+        assert ev["seq"] == back["seq"]
+
+        g = await a.create_group("x-receipts", [b.user_id, c.user_id])
+        cc = await c.connect()
+        await settle(cc)
+        gack = await ca.send(g["conv_id"], "group hello")
+        await b.read_rest(g["conv_id"], gack["seq"])
+        await c.read_rest(g["conv_id"], gack["seq"])
+        deadline = asyncio.get_running_loop().time() + 6
+        best = 0
+        while best < 2 and asyncio.get_running_loop().time() < deadline:
+            ev = await ca.next_event("receipt", 6, lambda f: f["conv_id"] == g["conv_id"])
+            best = max(best, ev["read_count"])
+        assert best == 2, "the sender on server 1 hears of reads made through server 2"
+        for conn in (ca, cb, ca2, cc):
+            await conn.close()
+    finally:
+        for cl in (a, b, c, a_on_2):
             await cl.aclose()
