@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from redis.asyncio.client import PubSub
 
+from im_server import metrics
 from im_server.context import Context
 from im_server.gateway.hub import Hub
 from im_server.services.notify import SYNC_WAKE
@@ -136,6 +137,9 @@ class Fanout:
                     await self.redis.refresh_cold_until()
                 if int(time.monotonic()) % 30 == 0:
                     await self.redis.expire_long_polls()
+                metrics.STREAM_DEPTH.set(
+                    await self.redis.stream_depth(self.ctx.settings.stream_partitions)
+                )
             except Exception as e:  # noqa: BLE001 - Redis down: keep publishing to be safe
                 self.others = True
                 log.debug("heartbeat failed: %r", e)

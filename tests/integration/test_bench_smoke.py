@@ -10,7 +10,19 @@ import sys
 
 def test_bench_runs_and_loses_nothing() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "im_server", "bench", "--pairs", "3", "--window", "4", "--duration", "2", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "im_server",
+            "bench",
+            "--pairs",
+            "3",
+            "--window",
+            "4",
+            "--duration",
+            "2",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         timeout=240,
@@ -21,5 +33,11 @@ def test_bench_runs_and_loses_nothing() -> None:
     assert im["acked"] > 0 and echo["round_trips_per_s"] > 0
     assert im["lost"] == 0 and im["duplicated"] == 0
     assert im["messages_delivered_per_s"] > 0
-    for key in ("ack_p99_ms", "delivery_p99_ms", "persist_lag_p99_ms", "server_cpu_us_per_message", "cpu_ratio_to_echo"):
+    for key in (
+        "ack_p99_ms",
+        "delivery_p99_ms",
+        "persist_lag_p99_ms",
+        "server_cpu_us_per_message",
+        "cpu_ratio_to_echo",
+    ):
         assert key in im

@@ -3,11 +3,14 @@ check cannot be answered is let through, logged and counted."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
+from im_server.client import ApiError
 from im_server.runtime.embedded import start_postgres
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user
 
@@ -38,6 +41,15 @@ async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None
         assert ack["ok"] is True and ack["seq"] == first["seq"] + 1
         assert _failures(srv.url) >= before + 1
         assert "letting the send through" in srv.log_tail(200)
+        # the process stays up, says it is not ready, and answers reads with 503 at once
+        assert httpx.get(srv.url + "/healthz").status_code == 200
+        ready = httpx.get(srv.url + "/readyz")
+        assert ready.status_code == 503 and ready.json()["postgres"] is False
+        t0 = time.monotonic()
+        with pytest.raises(ApiError) as e:
+            await b.history(conv)
+        assert e.value.status == 503 and e.value.code == "unavailable"
+        assert time.monotonic() - t0 < 5
         stores.pg = start_postgres(stores.root / "pg", port)
 
         async def both() -> bool:
