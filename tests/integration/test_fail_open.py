@@ -3,6 +3,7 @@ check cannot be answered is let through, logged and counted."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -42,8 +43,8 @@ async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None
         assert _failures(srv.url) >= before + 1
         assert "letting the send through" in srv.log_tail(200)
         # the process stays up, says it is not ready, and answers reads with 503 at once
-        assert httpx.get(srv.url + "/healthz").status_code == 200
-        ready = httpx.get(srv.url + "/readyz")
+        assert (await asyncio.to_thread(httpx.get, srv.url + "/healthz")).status_code == 200
+        ready = await asyncio.to_thread(httpx.get, srv.url + "/readyz")
         assert ready.status_code == 503 and ready.json()["postgres"] is False
         t0 = time.monotonic()
         with pytest.raises(ApiError) as e:
