@@ -8,17 +8,21 @@ real command, real sockets and real crashes (kill -9)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
+import redis.asyncio as aioredis
 
 from im_server.client import Client
 from im_server.runtime.embedded import (
@@ -171,3 +175,35 @@ async def eventually(fn: Any, timeout: float = 10.0, interval: float = 0.05) -> 
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
+
+
+async def persisted(c: Client, conv: str, seq: int, timeout: float = 15.0) -> None:
+    """Wait until ``seq`` is in PostgreSQL, seen through a member whose window has it."""
+
+    async def ok() -> bool:
+        return int((await c.history(conv, limit=1, order="desc"))["max_seq"]) >= seq
+
+    await eventually(ok, timeout=timeout)
+
+
+def pg_dsn(stores: Stores) -> str:
+    return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
+
+
+@contextlib.asynccontextmanager
+async def pg(stores: Stores) -> AsyncIterator[asyncpg.Connection]:
+    """A plain asyncpg connection to the test stores, for checks behind the server."""
+    conn = await asyncpg.connect(pg_dsn(stores))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def rds(stores: Stores) -> AsyncIterator[aioredis.Redis]:
+    r = aioredis.Redis.from_url(stores.redis.url, decode_responses=True)
+    try:
+        yield r
+    finally:
+        await r.aclose()

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from im_server.client import ApiError, Client, Connection, group_conv_id, single_conv_id
-from tests.support import PASSWORD, befriend, eventually, new_user
+from tests.support import PASSWORD, befriend, new_user
+from tests.support import persisted as _persisted
 
 UNKNOWN_GROUP = 2**62 + 4242
 BIG = 10**9
@@ -72,13 +73,6 @@ async def _send(c: Client, conv: str, text: str) -> int:
     ack = await c.send_rest(conv, text)
     assert ack["ok"] is True, ack
     return int(ack["seq"])
-
-
-async def _persisted(c: Client, conv: str, seq: int) -> None:
-    async def ok() -> bool:
-        return (await c.history(conv, limit=1, order="desc"))["max_seq"] >= seq
-
-    await eventually(ok, timeout=15.0)
 
 
 def _seqs(page: dict[str, Any]) -> list[int]:

@@ -12,6 +12,7 @@ import pytest
 
 from im_server.client import ApiError, Client, single_conv_id
 from tests.support import befriend, eventually, new_user
+from tests.support import persisted as _persisted
 
 UNKNOWN_USER = 2**62 + 12345
 
@@ -40,15 +41,6 @@ async def _send(c: Client, conv: str, text: str) -> int:
     ack = await c.send_rest(conv, text)
     assert ack["ok"] is True, ack
     return int(ack["seq"])
-
-
-async def _persisted(c: Client, conv: str, seq: int) -> None:
-    """Wait until ``seq`` is in PostgreSQL, seen through a member whose window has it."""
-
-    async def ok() -> bool:
-        return (await c.history(conv, limit=1, order="desc"))["max_seq"] >= seq
-
-    await eventually(ok, timeout=15.0)
 
 
 def _seqs(page: dict[str, Any]) -> list[int]:

@@ -4,12 +4,11 @@ graceful SIGTERM. Real processes, real stores (DESIGN.md invariants 1, 2, 3)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +19,21 @@ import redis.asyncio as aioredis
 
 from im_server.client import Client, Connection
 from im_server.runtime.embedded import EmbeddedPostgres, start_redis
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    new_user,
+    pg,
+    rds,
+)
 
 STREAM = "im:stream:{p0}"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def pg_dsn(stores: Stores) -> str:
-    return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
-
-
-@contextlib.asynccontextmanager
-async def pg(stores: Stores) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(pg_dsn(stores))
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-@contextlib.asynccontextmanager
-async def rds(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    r = aioredis.Redis.from_url(stores.redis.url, decode_responses=True)
-    try:
-        yield r
-    finally:
-        await r.aclose()
 
 
 def cmid(tag: str = "m") -> str:

@@ -7,18 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import orjson
 import pytest
 import redis.asyncio as aioredis
 
 from im_server.client import Client, Connection
 from im_server.runtime.embedded import start_postgres
-from tests.support import ServerProcess, Stores, befriend, eventually, new_user
+from tests.support import ServerProcess, Stores, befriend, eventually, new_user, pg, rds
 
 STREAM = "im:stream:{p0}"
 GROUP = "persist"
@@ -41,24 +40,6 @@ def log_dir(tmp_path: Path) -> Path:
 def server(stores: Stores, log_dir: Path, node: str, **extra: str) -> ServerProcess:
     env = {**stores.env(), "IM_TEST_LOG_DIR": str(log_dir), "IM_NODE_NAME": node, **extra}
     return ServerProcess(env=env)
-
-
-@contextlib.asynccontextmanager
-async def pg(stores: Stores) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(stores.pg.url.replace("postgresql+asyncpg", "postgresql"))
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-@contextlib.asynccontextmanager
-async def rds(stores: Stores) -> AsyncIterator[aioredis.Redis]:
-    r = aioredis.Redis.from_url(stores.redis.url, decode_responses=True)
-    try:
-        yield r
-    finally:
-        await r.aclose()
 
 
 async def conv_rows(stores: Stores, conv: str) -> list[tuple[int, str]]:

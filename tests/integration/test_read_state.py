@@ -10,13 +10,7 @@ import pytest
 
 from im_server.client import ApiError, Client
 from tests.support import befriend, eventually, new_user
-
-
-async def _persisted(c: Client, conv: str, seq: int) -> None:
-    async def ok() -> bool:
-        return (await c.history(conv, limit=1, order="desc"))["max_seq"] >= seq
-
-    await eventually(ok)
+from tests.support import persisted as _persisted
 
 
 async def _unread(c: Client, conv: str) -> int:
