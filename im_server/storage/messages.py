@@ -26,9 +26,7 @@ class NewMessage:
 # One statement per batch (one round trip, autocommit): take the next sync version,
 # insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes nothing; originals
 # recalled within the batch go in blanked), blank the earlier originals of recall notices,
-# raise each conversation's persisted max_seq and version, and bump the version of
-# members whose closed window (kicked, left) this batch fills in: new messages no longer
-# reach their state otherwise.
+# and raise each conversation's persisted max_seq and version.
 _PERSIST = """
 WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
@@ -50,10 +48,6 @@ WITH ver AS (
       FROM unnest($11::text[], $12::bigint[]) AS y(c, q)
     ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
         seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
-), closed AS (
-    UPDATE conv_members m SET version = (SELECT version FROM ver)
-      FROM unnest($11::text[], $13::bigint[]) AS z(c, lo)
-     WHERE m.conv_id = z.c AND m.max_seq IS NOT NULL AND m.max_seq >= z.lo
 )
 SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
 """
@@ -68,12 +62,9 @@ async def persist_batch(
     """Write a batch with the statement above, on a plain asyncpg connection (the hot
     write path skips the pool and its per-checkout ping). Returns (version, inserted)."""
     tops: dict[str, int] = {}
-    lows: dict[str, int] = {}
     for m in batch:
         if m.seq > tops.get(m.conv_id, 0):
             tops[m.conv_id] = m.seq
-        if m.seq < lows.get(m.conv_id, 2**63 - 1):
-            lows[m.conv_id] = m.seq
     convs = sorted(tops)  # a fixed lock order across persisters
     row = await conn.fetchrow(
         _PERSIST,
@@ -89,10 +80,43 @@ async def persist_batch(
         [x[1] for x in blank],
         convs,
         [tops[c] for c in convs],
-        [lows[c] for c in convs],
     )
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]) -> list[int]:
+    """After a batch committed: members whose closed window (kicked, left) the batch
+    filled in get a new sync version, since new messages no longer reach their state
+    otherwise. Run after the commit, in a snapshot of its own, so a kick that committed
+    while the batch was writing is seen; a kick committing later takes a later version
+    itself. Returns the users touched."""
+    lows: dict[str, int] = {}
+    for m in batch:
+        if m.seq < lows.get(m.conv_id, 2**63 - 1):
+            lows[m.conv_id] = m.seq
+    convs = sorted(lows)
+    hits = await conn.fetch(
+        "SELECT m.conv_id, m.user_id FROM conv_members m "
+        "JOIN unnest($1::text[], $2::bigint[]) AS z(c, lo) ON m.conv_id = z.c "
+        "WHERE m.max_seq IS NOT NULL AND m.max_seq >= z.lo",
+        convs,
+        [lows[c] for c in convs],
+    )
+    if not hits:
+        return []
+    async with conn.transaction():
+        version = await conn.fetchval(
+            "UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version"
+        )
+        await conn.execute(
+            "UPDATE conv_members m SET version = $3 FROM unnest($1::text[], $2::bigint[]) AS h(c, u) "
+            "WHERE m.conv_id = h.c AND m.user_id = h.u",
+            [h[0] for h in hits],
+            [h[1] for h in hits],
+            version,
+        )
+    return sorted({int(h[1]) for h in hits})
 
 
 async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:

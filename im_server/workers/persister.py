@@ -175,6 +175,15 @@ class Persister:
             pg.terminate()
             raise
 
+    async def _touch_filled_windows(self, batch: list[NewMessage]) -> list[int]:
+        assert self._pg is not None
+        try:
+            return await messages.touch_filled_windows(self._pg, batch)
+        except BaseException:
+            pg, self._pg = self._pg, None
+            pg.terminate()
+            raise
+
     async def _write_one_by_one(
         self,
         batch: list[NewMessage],
@@ -256,6 +265,9 @@ class Persister:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))
             if inserted < len(batch):
                 await self._check_conflicts(batch)
+            touched = await self._touch_filled_windows(batch)
+            if touched:
+                self.ctx.spawn(notify.changed(self.ctx, touched))
             self.ctx.spawn(
                 notify.conversations_changed(self.ctx, sorted({m.conv_id for m in batch}))
             )
