@@ -402,8 +402,8 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
     if ftype in ("read", "delivered") and not seq_valid(frame.get("seq")):
         return bad
     outsider = frozenset({"not_member", "not_found", "forbidden"})
-    if ftype == "typing":
-        outsider |= {"rate_limited"}
+    if ftype == "typing":  # typing needs send rights: a single chat with a stranger refuses
+        outsider |= {"rate_limited", "not_friends", "blocked"}
     if conv == env.mine:
         return Expect("maybe", frozenset({"rate_limited"}) if ftype == "typing" else frozenset())
     return Expect("error", outsider, why="not my conversation")
