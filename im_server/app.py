@@ -88,8 +88,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ctx.extra["longpolls"] = LongPolls(fanout, ctx.redis)
         app.state.ctx = ctx
         app.state.gateway = ws.Gateway(ctx, hub, fanout)
-        for register in app.state.frame_handlers:
-            register(app.state.gateway)
         await fanout.start()
         receipts = ReceiptPusher(ctx)
         ctx.extra["receipts"] = receipts
@@ -103,8 +101,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if persister:
             await persister.start()
         ctx.extra["persister"] = persister
-        for start in app.state.workers:
-            await start(ctx)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
             yield
@@ -113,8 +109,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for c in hub_conns:
                 c.close(CLOSE_RESTART, "server restarting")
             await asyncio.sleep(0.05 if hub_conns else 0)
-            for stop in app.state.stoppers:
-                await stop(ctx)
             await batcher.stop()
             await receipts.stop()
             if persister:
@@ -133,9 +127,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.frame_handlers = []  # callables(gateway) adding frame types
-    app.state.workers = []  # async callables(ctx) started with the app
-    app.state.stoppers = []  # async callables(ctx) run at shutdown, before the persister stops
 
     @app.exception_handler(ImError)
     async def _im_error(request: Request, exc: ImError) -> JSONResponse:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,3 @@ class Context:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         return task
-
-
-Handler = Callable[..., Awaitable[Any]]

@@ -49,7 +49,6 @@ class Persister:
         self.partitions = list(range(ctx.settings.stream_partitions))
         self._stop = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
-        self.on_commit: list[Any] = []  # callbacks(batch) after each commit
         self.held: set[int] = set()  # partitions whose lease this persister holds
         self._pg: asyncpg.Connection | None = None  # the write connection, outside the pool
 
@@ -271,9 +270,4 @@ class Persister:
             self.ctx.spawn(
                 notify.conversations_changed(self.ctx, sorted({m.conv_id for m in batch}))
             )
-            for cb in self.on_commit:
-                try:
-                    cb(batch, version)
-                except Exception:  # noqa: BLE001
-                    log.exception("on_commit callback failed")
         await self.ctx.redis.ack(stream_key, [i for i, _ in entries])
