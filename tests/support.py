@@ -207,3 +207,10 @@ async def rds(stores: Stores) -> AsyncIterator[aioredis.Redis]:
         yield r
     finally:
         await r.aclose()
+
+
+async def send_ok(c: Client, conv: str, text: str) -> int:
+    """Send over REST, assert it was accepted, return the seq."""
+    ack = await c.send_rest(conv, text)
+    assert ack["ok"] is True, ack
+    return int(ack["seq"])

@@ -13,6 +13,7 @@ import pytest
 from im_server.client import ApiError, Client, single_conv_id
 from tests.support import befriend, eventually, new_user
 from tests.support import persisted as _persisted
+from tests.support import send_ok as _send
 
 UNKNOWN_USER = 2**62 + 12345
 
@@ -35,12 +36,6 @@ async def _api_error(call: Awaitable[Any]) -> ApiError:
     with pytest.raises(ApiError) as ei:
         await call
     return ei.value
-
-
-async def _send(c: Client, conv: str, text: str) -> int:
-    ack = await c.send_rest(conv, text)
-    assert ack["ok"] is True, ack
-    return int(ack["seq"])
 
 
 def _seqs(page: dict[str, Any]) -> list[int]:

@@ -15,6 +15,7 @@ import pytest
 from im_server.client import ApiError, Client, group_conv_id
 from tests.support import ServerProcess, Stores, eventually, new_user
 from tests.support import persisted as _persisted
+from tests.support import send_ok as _send
 
 UNKNOWN_GROUP = 2**62 + 777
 
@@ -45,12 +46,6 @@ async def _api_error(call: Awaitable[Any]) -> ApiError:
 async def _expect(call: Awaitable[Any], status: int, code: str) -> None:
     err = await _api_error(call)
     assert (err.status, err.code) == (status, code), err
-
-
-async def _send(c: Client, conv: str, text: str) -> int:
-    ack = await c.send_rest(conv, text)
-    assert ack["ok"] is True, ack
-    return int(ack["seq"])
 
 
 def _seqs(page: dict[str, Any]) -> list[int]:

@@ -20,7 +20,8 @@ import asyncpg
 import pytest
 
 from im_server.client import Client, Connection, SyncState
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user
+from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user, pg_dsn
+from tests.support import pg as pg_connection
 
 LONG_POLL_SLACK = 0.25  # scheduling and HTTP on top of the 1 s promise
 
@@ -31,10 +32,6 @@ LONG_POLL_SLACK = 0.25  # scheduling and HTTP on top of the 1 s promise
 def uid(c: Client) -> int:
     assert c.user_id is not None
     return c.user_id
-
-
-def pg_dsn(stores: Stores) -> str:
-    return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
 async def persisted(client: Client, conv: str, seq: int, timeout: float = 30.0) -> None:
@@ -203,11 +200,8 @@ def second(stores: Stores, server: ServerProcess) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 async def pg(stores: Stores) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(pg_dsn(stores))
-    try:
+    async with pg_connection(stores) as conn:
         yield conn
-    finally:
-        await conn.close()
 
 
 @pytest.fixture
