@@ -39,22 +39,19 @@ import argparse
 import asyncio
 import copy
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 
+from benchmarks.common import report, run_with_server
 from im_server.client import Client, Connection, SyncState
-from tests.support import PASSWORD, ServerProcess, Stores, befriend
+from tests.support import PASSWORD, ServerProcess, befriend
 
 # --------------------------------------------------------------------------- counting
 
@@ -414,29 +411,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="im-catch-up-"))
-    stores: Stores | None = None
-    server: ServerProcess | None = None
-    try:
-        stores = Stores.start(tmp / "stores")
-        server = ServerProcess(
-            env={**stores.env(), "IM_LOG_LEVEL": "WARNING", "IM_TEST_LOG_DIR": str(tmp)}
-        ).start()
-        try:
-            res = asyncio.run(bench(args, server))
-        except BaseException:
-            print(server.log_tail(30), file=sys.stderr)
-            raise
-    finally:
-        if server is not None:
-            server.terminate()
-        if stores is not None:
-            stores.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        print(orjson.dumps(res).decode())
-    else:
-        print_table(res)
+    res = run_with_server("im-catch-up-", lambda stores, server: bench(args, server))
+    report(res, args.json, print_table)
     return 0 if res["sync"]["ok"] and res["naive"]["ok"] else 1
 
 

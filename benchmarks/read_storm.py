@@ -40,13 +40,10 @@ import argparse
 import asyncio
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -54,6 +51,7 @@ import httpx
 import orjson
 import psutil
 
+from benchmarks.common import report, run_with_server
 from im_server.client import Client, Connection
 from tests.support import ServerProcess, Stores
 
@@ -616,30 +614,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="im-read-storm-"))
-    stores: Stores | None = None
-    server: ServerProcess | None = None
-    try:
-        stores = Stores.start(tmp / "stores", fsync=args.fsync)
-        server = ServerProcess(
-            env={**stores.env(), "IM_LOG_LEVEL": "WARNING", "IM_TEST_LOG_DIR": str(tmp)}
-        ).start()
-        try:
-            res = asyncio.run(bench(args, stores, server))
-        except BaseException:
-            if server is not None:
-                print(server.log_tail(30), file=sys.stderr)
-            raise
-    finally:
-        if server is not None:
-            server.terminate()
-        if stores is not None:
-            stores.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-    if args.json:
-        print(orjson.dumps(res).decode())
-    else:
-        print_table(res)
+    res = run_with_server(
+        "im-read-storm-", lambda stores, server: bench(args, stores, server), fsync=args.fsync
+    )
+    report(res, args.json, print_table)
     return 0 if res["server"]["ok"] and res["naive"]["ok"] else 1
 
 
