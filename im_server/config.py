@@ -11,8 +11,25 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+_PG_SCHEMES = ("postgresql+asyncpg://", "postgresql://", "postgres://")
+
+
+def asyncpg_url(url: str) -> str:
+    """``postgresql://``, ``postgres://`` and ``postgresql+asyncpg://`` all name the same
+    database; SQLAlchemy needs the driver spelled out. Any other scheme is left as it is
+    (and refused by SQLAlchemy with its own message)."""
+    for scheme in _PG_SCHEMES:
+        if url.startswith(scheme):
+            return "postgresql+asyncpg://" + url[len(scheme) :]
+    return url
+
+
+def plain_pg_url(url: str) -> str:
+    return "postgresql://" + asyncpg_url(url)[len("postgresql+asyncpg://") :]
 
 
 class Settings(BaseSettings):
@@ -71,6 +88,39 @@ class Settings(BaseSettings):
     receipts_partial_readers: int = 20
     receipt_push_interval_ms: int = 1000
 
+    # sessions and logins
+    # a token unused for this long stops working (401); 0 turns idle expiry off
+    session_idle_days: float = 30.0
+    # last_used_at is written at most this often per session (a write per request would
+    # cost more than the precision is worth)
+    session_touch_seconds: int = 3600
+    # every open WebSocket's token is re-checked this often, so a revocation whose
+    # cross-process notice was lost still closes the socket
+    token_recheck_seconds: float = 60.0
+    # failed logins: at most this many per username / per client address in the window,
+    # then 429 rate_limited until the window passes
+    login_fail_user_max: int = 10
+    login_fail_addr_max: int = 50
+    login_fail_window_seconds: int = 900
+
+    # HTTP transport limits
+    max_body_bytes: int = 1024 * 1024
+    # a connection must send complete request headers this soon after it opens (or after
+    # its previous response), and the whole request (body included) within the second
+    request_header_timeout_seconds: float = 5.0
+    request_body_timeout_seconds: float = 30.0
+    # proxies whose X-Forwarded-For is believed (the client address of throttling)
+    forwarded_allow_ips: str = "127.0.0.1"
+
+    # /metrics: with a token, only `Authorization: Bearer <token>` may read it; with
+    # metrics_listen ("127.0.0.1:9100") it is served there instead of the main port
+    metrics_token: SecretStr | None = None
+    metrics_listen: str | None = None
+
+    # member changes of groups, per user (per process)
+    rate_members_per_s: float = 2.0
+    rate_members_burst: float = 10.0
+
     # caches
     auth_cache_seconds: float = 30.0
     members_cache_seconds: float = 60.0
@@ -86,6 +136,16 @@ class Settings(BaseSettings):
         if v < 1:
             raise ValueError("must be >= 1")
         return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _asyncpg_url(cls, v: str | None) -> str | None:
+        return asyncpg_url(v) if v else v
+
+    @property
+    def database_dsn(self) -> str | None:
+        """The database URL as libpq and asyncpg spell it (``postgresql://``)."""
+        return plain_pg_url(self.database_url) if self.database_url else None
 
     @property
     def embedded(self) -> bool:

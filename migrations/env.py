@@ -12,14 +12,12 @@ config = context.config
 
 
 def _url() -> str:
-    url = config.get_main_option("sqlalchemy.url")
-    if not url:
-        from im_server.config import load_settings
+    from im_server.config import asyncpg_url, load_settings
 
-        url = load_settings().database_url
+    url = config.get_main_option("sqlalchemy.url") or load_settings().database_url
     if not url:
         raise RuntimeError("no database URL: set IM_DATABASE_URL or pass one")
-    return url
+    return asyncpg_url(url)
 
 
 def _run(connection: Connection) -> None:

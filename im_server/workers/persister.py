@@ -161,10 +161,7 @@ class Persister:
         self, batch: list[NewMessage], here: set[tuple[str, int]], blank: list[tuple[str, int]]
     ) -> tuple[int, int]:
         if self._pg is None or self._pg.is_closed():
-            url = self.ctx.settings.database_url or ""
-            self._pg = await asyncpg.connect(
-                url.replace("postgresql+asyncpg://", "postgresql://"), timeout=5
-            )
+            self._pg = await asyncpg.connect(self.ctx.settings.database_dsn, timeout=5)
         try:
             return await messages.persist_batch(self._pg, batch, here, blank)
         except asyncpg.DataError:
