@@ -73,6 +73,7 @@ def build_context(settings: Settings) -> Context:
     ctx.extra["rate_send"] = Buckets(settings.rate_send_per_s, settings.rate_send_burst)
     ctx.extra["rate_read"] = Buckets(settings.rate_read_per_s, settings.rate_read_burst)
     ctx.extra["rate_typing"] = Buckets(settings.rate_typing_per_s, settings.rate_typing_burst)
+    ctx.extra["rate_members"] = Buckets(settings.rate_members_per_s, settings.rate_members_burst)
     return ctx
 
 

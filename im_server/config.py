@@ -14,7 +14,6 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 _PG_SCHEMES = ("postgresql+asyncpg://", "postgresql://", "postgres://")
 
 

@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
+from im_server.api.parsing import StrictJsonRoute
 from im_server.api.schemas import NewSession, NewUser
 from im_server.services import accounts
 
-router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS)
+router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
 
 
 @router.post("/users", status_code=201, summary="Register a user")

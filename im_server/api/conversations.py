@@ -7,36 +7,20 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.parsing import StrictJsonRoute, parse_uint, query_uint
 from im_server.api.schemas import ReadBody, SendBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
 from im_server.services import conversations, history, read, send
 
-router = APIRouter(prefix="/v1", tags=["conversations"], responses=ERRORS)
-
-
-def _int_param(request: Request, name: str, *, minimum: int = 0) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise bad_request(f"{name} must be an integer") from None
-    if value < minimum or value > 2**63 - 1:
-        raise bad_request(f"{name} must be between {minimum} and 2^63-1")
-    return value
+router = APIRouter(
+    prefix="/v1", tags=["conversations"], responses=ERRORS, route_class=StrictJsonRoute
+)
 
 
 def _seq_path(raw: str) -> int:
     """A seq in a path: a positive 64-bit integer, else 400."""
-    try:
-        n = int(raw, 10)
-    except ValueError:
-        raise bad_request("seq must be an integer") from None
-    if not 1 <= n <= 2**63 - 1:
-        raise bad_request("seq must be a positive 64-bit integer")
-    return n
+    return parse_uint(raw, "seq", minimum=1)
 
 
 @router.get("/conversations", summary="My conversation states (hidden ones left out)")
@@ -53,9 +37,9 @@ async def get_messages(
     conv_id: str, request: Request, caller: CurrentUser, ctx: Ctx
 ) -> dict[str, Any]:
     ref = parse_conv_id(conv_id)
-    begin = _int_param(request, "begin")
-    end = _int_param(request, "end")
-    limit = _int_param(request, "limit", minimum=1)
+    begin = query_uint(request, "begin")
+    end = query_uint(request, "end")
+    limit = query_uint(request, "limit", minimum=1)
     order = request.query_params.get("order", "asc")
     if order not in ("asc", "desc"):
         raise bad_request("order must be asc or desc")

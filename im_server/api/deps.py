@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Request
 
+from im_server.api.parsing import Id
 from im_server.context import Context
 from im_server.errors import ImError
 from im_server.services import accounts
@@ -32,9 +33,9 @@ async def get_caller(request: Request, ctx: Annotated[Context, Depends(get_ctx)]
     return Caller(user_id, device_id, token.strip())
 
 
+__all__ = ["ERRORS", "Caller", "Ctx", "CurrentUser", "Id", "get_caller", "get_ctx"]
+
 Ctx = Annotated[Context, Depends(get_ctx)]
-# a server-chosen id in a path: a positive 64-bit integer
-Id = Annotated[int, Path(ge=1, le=2**63 - 1)]
 CurrentUser = Annotated[Caller, Depends(get_caller)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {

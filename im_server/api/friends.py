@@ -7,10 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
+from im_server.api.parsing import StrictJsonRoute
 from im_server.api.schemas import FriendRequestBody
 from im_server.services import contacts
 
-router = APIRouter(prefix="/v1/friends", tags=["friends"], responses=ERRORS)
+router = APIRouter(
+    prefix="/v1/friends", tags=["friends"], responses=ERRORS, route_class=StrictJsonRoute
+)
 
 
 @router.post(
@@ -47,7 +50,9 @@ async def remove_friend(user_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
-blocks_router = APIRouter(prefix="/v1/blocks", tags=["friends"], responses=ERRORS)
+blocks_router = APIRouter(
+    prefix="/v1/blocks", tags=["friends"], responses=ERRORS, route_class=StrictJsonRoute
+)
 
 
 @blocks_router.put(

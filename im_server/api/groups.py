@@ -7,10 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
+from im_server.api.parsing import StrictJsonRoute
 from im_server.api.schemas import AddMembers, NewGroup, RoleBody
 from im_server.services import groups
 
-router = APIRouter(prefix="/v1/groups", tags=["groups"], responses=ERRORS)
+router = APIRouter(
+    prefix="/v1/groups", tags=["groups"], responses=ERRORS, route_class=StrictJsonRoute
+)
 
 
 @router.post("", status_code=201, summary="Create a group; the creator is its owner")

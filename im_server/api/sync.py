@@ -7,23 +7,17 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
+from im_server.api.parsing import StrictJsonRoute, query_decimal, query_uint
 from im_server.errors import bad_request
 from im_server.services import sync
 
-router = APIRouter(prefix="/v1", tags=["sync"], responses=ERRORS)
+router = APIRouter(prefix="/v1", tags=["sync"], responses=ERRORS, route_class=StrictJsonRoute)
 
 
-def _num(
-    request: Request, name: str, default: float, lo: float, hi: float, *, integer: bool = True
-) -> float:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
+def _bounded(value: float | None, default: float, lo: float, hi: float, name: str) -> float:
+    if value is None:
         return default
-    try:
-        value = int(raw, 10) if integer else float(raw)
-    except ValueError:
-        raise bad_request(f"{name} must be a number") from None
-    if value != value or value < lo:  # NaN or too small
+    if value < lo:
         raise bad_request(f"{name} must be at least {lo:g}")
     return min(value, hi)
 
@@ -38,8 +32,8 @@ def _num(
     ),
 )
 async def get_sync(request: Request, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    since = int(_num(request, "since", 0, 0, 2**63 - 1))
-    wait = _num(request, "wait", 0, 0, sync.WAIT_CAP_S, integer=False)
-    limit = int(_num(request, "limit", 100, 1, 500))
-    recent = int(_num(request, "recent", 20, 0, 100))
+    since = query_uint(request, "since") or 0
+    wait = _bounded(query_decimal(request, "wait"), 0, 0, sync.WAIT_CAP_S, "wait")
+    limit = int(_bounded(query_uint(request, "limit"), 100, 1, 500, "limit"))
+    recent = int(_bounded(query_uint(request, "recent"), 20, 0, 100, "recent"))
     return await sync.do_sync(ctx, caller.user_id, since, wait, limit, recent)

@@ -49,6 +49,8 @@ async def do_request_friend(
             raise not_found("no such user")
         if await contacts.are_friends(conn, me, to):
             raise ImError("conflict", "you are already friends")
+        if await contacts.blocked_by(conn, me, [to]):
+            raise ImError("blocked", "this user does not accept friend requests from you")
         reverse = await contacts.pending_request(conn, to, me)
         if reverse is not None:
             accepted = await _accept_txn(conn, reverse)
@@ -69,6 +71,8 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
             raise not_found("no such friend request")
         if req.status != 0:
             return {"conv_id": single_conv_id(req.from_user_id, req.to_user_id)}
+        if await contacts.blocked_by(conn, me, [req.from_user_id]):
+            raise ImError("blocked", "this user has blocked you")
         conv_id = await _accept_txn(conn, req)
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [req.from_user_id, req.to_user_id])

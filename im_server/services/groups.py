@@ -11,7 +11,7 @@ from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.ids import group_conv_id, parse_conv_id
 from im_server.services import notify, permissions, send, seqs
 from im_server.services.contacts import check_user_id
-from im_server.storage import accounts, conversations, groups
+from im_server.storage import accounts, contacts, conversations, groups
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
 from im_server.storage.db import next_version_txn
 
@@ -31,12 +31,13 @@ async def do_create_group(
         raise bad_request("name: 1-64 characters")
     check_text(name, "name")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
+    ctx.extra["rate_members"].check(owner, "group changes")
+    if ids:
+        async with ctx.db.connect() as conn:
+            await _check_addable(conn, owner, ids)
     async with ctx.db.begin() as conn:
+        # the sync-version lock is held from here to the commit: only the writes follow
         version = await next_version_txn(conn)
-        known = await accounts.existing_user_ids(conn, ids) if ids else set()
-        missing = sorted(set(ids) - known)
-        if missing:
-            raise not_found(f"no such users: {missing[:10]}")
         group_id = await groups.create_group(conn, name.strip(), owner)
         conv_id = group_conv_id(group_id)
         await conversations.ensure_conversation(conn, conv_id, conversations.GROUP, group_id)
@@ -77,44 +78,55 @@ async def _require_admin(
     return me
 
 
+async def _check_addable(conn: Any, actor: int, user_ids: list[int]) -> None:
+    """Every user exists and none of them blocked ``actor`` (a block reaches further
+    than single-chat sends: whoever blocked me cannot be put in a group by me)."""
+    known = await accounts.existing_user_ids(conn, user_ids)
+    missing = sorted(set(user_ids) - known)
+    if missing:
+        raise not_found(f"no such users: {missing[:10]}")
+    blockers = await contacts.blocked_by(conn, actor, user_ids)
+    if blockers:
+        raise ImError("blocked", f"these users do not accept being added by you: {blockers[:10]}")
+
+
 async def do_add_members(
     ctx: Context, actor: int, group_id: int, user_ids: object, with_history: object = False
 ) -> dict[str, Any]:
     """Add (or re-add) members. New members see everything (with_history) or start after
     the current end, with no read cursor yet (the unread fallback applies); a re-join
-    always starts after the current end, its read cursor at the end."""
+    always starts after the current end, its read cursor at the end.
+
+    The checks read outside any lock, members already in are skipped before anything
+    is written (a repeated call writes nothing), and the sync-version lock, which every
+    writer of the server waits for, is held only for one check and one set-based
+    statement, however many users the call names."""
     if not isinstance(with_history, bool):
         raise bad_request("with_history must be true or false")
     ids = check_user_ids(user_ids)
     if not ids:
         raise bad_request("user_ids must not be empty")
+    ctx.extra["rate_members"].check(actor, "member changes")
     ref = parse_conv_id(group_conv_id(group_id))
+    async with ctx.db.connect() as conn:
+        await _require_admin(conn, ref.conv_id, actor, group_id)
+        todo = sorted(set(ids) - await conversations.active_among(conn, ref.conv_id, ids))
+        if todo:
+            await _check_addable(conn, actor, todo)
+    if not todo:
+        return {"group_id": group_id, "added": []}
     end = await seqs.current_end(ctx, ref.conv_id)
-    added: list[int] = []
-    rejoined: list[int] = []
     async with ctx.db.begin() as conn:
         version = await next_version_txn(conn)
+        # again under the lock: a demotion or kick of the actor may have committed since
         await _require_admin(conn, ref.conv_id, actor, group_id)
-        known = await accounts.existing_user_ids(conn, ids)
-        missing = sorted(set(ids) - known)
-        if missing:
-            raise not_found(f"no such users: {missing[:10]}")
-        for uid in ids:
-            m = await conversations.member(conn, ref.conv_id, uid)
-            if m is not None and m.active:
-                continue
-            (rejoined if m is not None else added).append(uid)
-        if added:
-            await conversations.upsert_members(
-                conn, ref.conv_id, added, ROLE_MEMBER, 1 if with_history else end + 1, None, version
-            )
-        if rejoined:
-            await conversations.upsert_members(
-                conn, ref.conv_id, rejoined, ROLE_MEMBER, end + 1, end, version
-            )
-    if added or rejoined:
+        added, rejoined = await conversations.join_members(
+            conn, ref.conv_id, todo, 1 if with_history else end + 1, end, version
+        )
+    changed = sorted(added + rejoined)
+    if changed:
         await permissions.permissions_changed(ctx, [ref.conv_id])
-        await notify.changed(ctx, added + rejoined)
+        await notify.changed(ctx, changed)
         await send.send_system(
             ctx,
             actor,
@@ -123,11 +135,11 @@ async def do_add_members(
             {
                 "event": "members_added",
                 "actor": actor,
-                "user_ids": added + rejoined,
+                "user_ids": changed,
                 "with_history": with_history,
             },
         )
-    return {"group_id": group_id, "added": sorted(added + rejoined)}
+    return {"group_id": group_id, "added": changed}
 
 
 async def _close(ctx: Context, actor: int, group_id: int, target: int, event: str) -> None:

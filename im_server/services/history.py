@@ -5,16 +5,20 @@ are kept; ``is_end`` mirrors the order."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError, not_found
 from im_server.ids import ConvRef
+from im_server.services import send, seqs
 from im_server.storage import conversations, messages
 from im_server.storage.conversations import ConvRow, MemberRow
 
 INF = 2**63 - 1
+RECALL_WAIT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,24 +88,7 @@ async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[
     """The sender, within the recall window, replaces a message by a ``recall`` notice:
     the notice goes through the send pipeline (pushed to everyone, stored with its own
     seq) and the persister blanks the original (content gone, seq kept)."""
-    import asyncio
-    import time
-
-    from im_server.services import send
-
-    msg = None
-    for _ in range(40):  # a message recalled right after its ack may not be stored yet
-        async with ctx.db.connect() as conn:
-            conv, m = await load_member(conn, ref, user_id)
-            win = window(conv, m)
-            msg = (
-                await messages.message_at(conn, ref.conv_id, seq)
-                if win.lo <= seq <= max(win.hi, m_end(m))
-                else None
-            )
-        if msg is not None or seq > win.hi + ctx.settings.seq_block_size:
-            break
-        await asyncio.sleep(0.05)
+    msg, m = await _recallable(ctx, user_id, ref, seq)
     if msg is None or msg["content_type"] in ("system", "recall"):
         raise not_found("no such message")
     if msg["sender_id"] != user_id:
@@ -120,3 +107,29 @@ async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[
     async with ctx.db.begin() as conn:
         await messages.blank_recalled(conn, [(ref.conv_id, seq)])
     return {"conv_id": ref.conv_id, "seq": seq, "recall_seq": ack["seq"]}
+
+
+async def _recallable(
+    ctx: Context, user_id: int, ref: ConvRef, seq: int
+) -> tuple[dict[str, Any] | None, MemberRow]:
+    """The message at ``seq`` if the caller's window holds it, and the caller's row.
+
+    A message recalled right after its ack may not be stored yet, so a seq that was
+    handed out but is not persisted is waited for, briefly; a seq never handed out (past
+    the conversation's allocated end) is answered at once."""
+    end: int | None = None
+    deadline = time.monotonic() + RECALL_WAIT_S
+    while True:
+        async with ctx.db.connect() as conn:
+            conv, m = await load_member(conn, ref, user_id)
+            win = window(conv, m)
+            if not win.lo <= seq <= m_end(m):
+                return None, m
+            msg = await messages.message_at(conn, ref.conv_id, seq)
+        if msg is not None or seq <= conv.max_seq:
+            return msg, m
+        if end is None:
+            end = await seqs.current_end(ctx, ref.conv_id)
+        if seq > end or time.monotonic() >= deadline:
+            return None, m
+        await asyncio.sleep(0.05)

@@ -1,13 +1,18 @@
 """Who may send where. The answer is cached in Redis (read by the send script in the
 same round trip as the seq allocation); this module fills that cache from PostgreSQL.
-A lookup that fails lets the message through: a broken side path must not stop chat."""
+
+A lookup that fails or times out lets a single-chat message through (friendship and
+blocks are a side path that must not stop chat: the seed's rule), but refuses a group
+message with ``unavailable``: letting it through would let a kicked member post."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from im_server import metrics
 from im_server.context import Context
+from im_server.errors import unavailable
 from im_server.ids import ConvRef
 from im_server.storage import contacts, conversations
 
@@ -23,11 +28,18 @@ async def send_statuses(ctx: Context, ref: ConvRef) -> dict[int, str]:
 
 
 async def load_send_permissions(ctx: Context, ref: ConvRef, epoch: str) -> bool:
-    """Fill the cache; False when the lookup failed (the caller then fails open)."""
+    """Fill the cache. When the lookup fails or takes longer than the store timeout:
+    False for a single chat (the caller lets the send through), ``unavailable`` for a
+    group."""
     try:
-        statuses = await send_statuses(ctx, ref)
-    except Exception as e:  # noqa: BLE001 - fail open on any store failure
+        statuses = await asyncio.wait_for(
+            send_statuses(ctx, ref), ctx.settings.store_timeout_seconds
+        )
+    except Exception as e:  # noqa: BLE001 - any store failure, a timeout included
         metrics.PERMISSION_LOOKUP_FAILURES.inc()
+        if ref.kind == "group":
+            log.warning("membership lookup for %s failed, refusing the send: %r", ref.conv_id, e)
+            raise unavailable("group membership cannot be checked now, try again") from e
         log.warning("permission lookup for %s failed, letting the send through: %r", ref.conv_id, e)
         return False
     await ctx.redis.load_perm(ref.conv_id, epoch, statuses, PERM_TTL_SECONDS)
@@ -45,14 +57,16 @@ async def permissions_changed(ctx: Context, conv_ids: list[str]) -> None:
         ctx.events.invalidate("members", c)
 
 
-async def send_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
-    """'ok' or the refusal code for ``user_id`` sending in ``ref`` (the cache the send
-    script reads, filled when cold); 'ok' when the lookup fails (fail open)."""
+async def single_send_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
+    """'ok' or the refusal code for ``user_id`` writing in the single chat ``ref`` (the
+    cache the send script reads, filled when cold); 'ok' when the lookup fails (a single
+    chat fails open)."""
+    assert ref.kind == "single"
     try:
         st = await ctx.redis.perm_status(ref.conv_id, user_id)
         if st is None:
             await load_send_permissions(ctx, ref, await ctx.redis.perm_epoch(ref.conv_id))
             st = await ctx.redis.perm_status(ref.conv_id, user_id)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - fail open, as the send does
         return "ok"
     return st or "ok"

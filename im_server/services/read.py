@@ -59,7 +59,7 @@ async def do_typing(ctx: Context, user_id: int, ref: ConvRef) -> None:
     if user_id not in users:
         raise ImError("not_member", "you are not a member of this conversation")
     if ref.kind == "single":  # typing needs the same rights as sending
-        status = await permissions.send_status(ctx, ref, user_id)
+        status = await permissions.single_send_status(ctx, ref, user_id)
         if status != "ok":
             raise ImError(status, "you cannot write to this user")
     frame = orjson.dumps({"type": "typing", "conv_id": ref.conv_id, "user_id": user_id}).decode()

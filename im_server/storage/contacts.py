@@ -172,6 +172,18 @@ async def remove_block(conn: AsyncConnection, user_id: int, blocked_id: int) -> 
     )
 
 
+async def blocked_by(conn: AsyncConnection, user_id: int, others: list[int]) -> list[int]:
+    """Which of ``others`` have blocked ``user_id``."""
+    r = await conn.execute(
+        text(
+            "SELECT user_id FROM blocks WHERE user_id = ANY(CAST(:o AS bigint[])) "
+            "AND blocked_id = :u ORDER BY user_id"
+        ),
+        {"u": user_id, "o": others},
+    )
+    return [int(x) for x in r.scalars()]
+
+
 async def blocks_of(conn: AsyncConnection, user_id: int) -> list[int]:
     r = await conn.execute(
         text("SELECT blocked_id FROM blocks WHERE user_id = :u ORDER BY blocked_id"), {"u": user_id}

@@ -113,6 +113,52 @@ async def upsert_members(
     )
 
 
+async def join_members(
+    conn: AsyncConnection,
+    conv_id: str,
+    user_ids: list[int],
+    new_min_seq: int,
+    end: int,
+    version: int,
+) -> tuple[list[int], list[int]]:
+    """Join or re-join many members in one statement; members already in are left as
+    they are. A new member's window starts at ``new_min_seq`` with no read cursor; a
+    former member's window is replaced: it starts after ``end``, its cursors at ``end``.
+    Returns (joined, rejoined)."""
+    rows = await conn.execute(
+        text(
+            "INSERT INTO conv_members (conv_id, user_id, role, min_seq, max_seq, read_seq, "
+            "delivered_seq, hidden_seq, version, joined_at) "
+            "SELECT :c, u, 0, :mn, NULL, NULL, 0, NULL, :v, :n "
+            "FROM unnest(CAST(:us AS bigint[])) AS x(u) "
+            "ON CONFLICT (conv_id, user_id) DO UPDATE SET role = 0, min_seq = :e + 1, "
+            "max_seq = NULL, read_seq = :e, "
+            "delivered_seq = GREATEST(conv_members.delivered_seq, :e), hidden_seq = NULL, "
+            "version = :v, joined_at = :n "
+            "WHERE conv_members.max_seq IS NOT NULL "
+            "RETURNING user_id, xmax = 0"
+        ),
+        {"c": conv_id, "us": user_ids, "mn": new_min_seq, "e": end, "v": version, "n": now_ms()},
+    )
+    joined: list[int] = []
+    rejoined: list[int] = []
+    for uid, inserted in rows:
+        (joined if inserted else rejoined).append(int(uid))
+    return sorted(joined), sorted(rejoined)
+
+
+async def active_among(conn: AsyncConnection, conv_id: str, user_ids: list[int]) -> set[int]:
+    """Which of ``user_ids`` are active members (one statement, any number of ids)."""
+    r = await conn.execute(
+        text(
+            "SELECT user_id FROM conv_members WHERE conv_id = :c "
+            "AND user_id = ANY(CAST(:us AS bigint[])) AND max_seq IS NULL"
+        ),
+        {"c": conv_id, "us": user_ids},
+    )
+    return {int(x) for x in r.scalars()}
+
+
 async def member(conn: AsyncConnection, conv_id: str, user_id: int) -> MemberRow | None:
     row = (
         await conn.execute(

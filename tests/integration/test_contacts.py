@@ -246,6 +246,32 @@ async def test_block_validation(alice: Client) -> None:
     assert await alice.blocks() == []
 
 
+async def test_whoever_blocked_me_gets_no_friend_request_from_me(
+    alice: Client, bob: Client, carol: Client
+) -> None:
+    a, b, c = alice.user_id, bob.user_id, carol.user_id
+    assert a is not None and b is not None and c is not None
+    await bob.block(a)
+    err = await _api_error(alice.request_friend(b))
+    assert (err.status, err.code) == (403, "blocked"), err
+    assert (await bob.friend_requests())["incoming"] == []
+    assert (await alice.friend_requests())["outgoing"] == []
+    # while the block stands I cannot accept their request either; lifted, I can
+    rid = await bob.request_friend(a)
+    err = await _api_error(alice.accept_friend(rid))
+    assert (err.status, err.code) == (403, "blocked"), err
+    await bob.unblock(a)
+    assert await alice.accept_friend(rid) == single_conv_id(a, b)
+    # a request whose sender blocked me after sending it: the same
+    rid = await carol.request_friend(a)
+    await carol.block(a)
+    err = await _api_error(alice.accept_friend(rid))
+    assert (err.status, err.code) == (403, "blocked"), err
+    assert [f["user_id"] for f in await alice.friends()] == [b]
+    await carol.unblock(a)
+    assert await alice.accept_friend(rid) == single_conv_id(a, c)
+
+
 # -- clear and hide (my side only) --------------------------------------------------------------
 
 

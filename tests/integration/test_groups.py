@@ -6,14 +6,17 @@ receipts), recall, and the seed's "conversation min and my min both 100" questio
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
-from tests.support import ServerProcess, Stores, eventually, new_user
+from tests.support import PASSWORD, ServerProcess, Stores, eventually, new_user
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
 
@@ -491,3 +494,102 @@ async def test_window_above_requested_range_is_empty_not_error(make: Make, store
         assert _seqs(await who.history(conv, begin=1, end=50)) == []
         assert _seqs(await who.history(conv, begin=1, end=200)) == [100]
     assert await _unread(Own, conv) == 1
+
+
+# -- adding members: set-based, skipping members, never stalling the server --------------
+
+
+async def test_one_add_call_joins_rejoins_and_skips(make: Make) -> None:
+    """One call naming a current member, a kicked member and a new user: the member is
+    left exactly as it was, the kicked one re-joins after the current end with its
+    cursor there, the new one starts after the end with no cursor."""
+    owner, stay, back, new = [await make(p) for p in ("own", "stay", "back", "new")]
+    gid = (await owner.create_group("mix", [stay.user_id, back.user_id]))["group_id"]
+    conv = group_conv_id(gid)
+    await _send(owner, conv, "one")
+    await stay.read_rest(conv, 1)
+    await owner.kick(gid, back.user_id)  # type: ignore[arg-type]
+    end = await _send(owner, conv, "two")
+    await _persisted(owner, conv, end)
+    before = await _state(stay, conv)
+
+    res = await owner.add_members(gid, [stay.user_id, back.user_id, new.user_id])  # type: ignore[list-item]
+    assert sorted(res["added"]) == sorted([back.user_id, new.user_id]), res
+    notice = end + 1
+    await _persisted(owner, conv, notice)
+    after = await _state(stay, conv)
+    assert (
+        (after["min_seq"], after["read_seq"]) == (before["min_seq"], before["read_seq"]) == (1, 1)
+    )
+    for c in (back, new):
+        st = await _state(c, conv)
+        assert st["min_seq"] == end + 1 and st["active"] is True, st
+    assert (await _state(back, conv))["read_seq"] == end
+    assert (await _state(new, conv))["read_seq"] == 0
+    # the notice names who joined; a repeat of the same call changes nothing
+    page = await owner.history(conv, begin=notice, end=notice)
+    content = page["messages"][0]["content"]
+    assert sorted(content["user_ids"]) == sorted([back.user_id, new.user_id]), content
+    again = await owner.add_members(gid, [stay.user_id, back.user_id, new.user_id])  # type: ignore[list-item]
+    assert again["added"] == []
+    assert (await owner.history(conv, order="desc", limit=1))["max_seq"] == notice
+
+
+async def _register_many(url: str, n: int) -> list[int]:
+    limits = httpx.Limits(max_connections=16)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as h:
+
+        async def one() -> int:
+            body = {"username": f"bulk{uuid.uuid4().hex[:12]}", "password": PASSWORD}
+            r = await h.post("/v1/users", json=body)
+            assert r.status_code == 201, r.text
+            return int(r.json()["user_id"])
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def test_member_add_storm_does_not_stall_other_requests(make: Make, url: str) -> None:
+    """60 concurrent adds of 1500 users who are all members already write nothing and
+    take no lock: another user's read and a write that needs the sync-version lock answer
+    within a bound meanwhile, and nobody gets a 503 from an exhausted pool."""
+    owner, other = await make("own"), await make("other")
+    ids = await _register_many(url, 1500)
+    created = await owner.create_group("big", ids)
+    gid, conv = created["group_id"], created["conv_id"]
+    await _send(owner, conv, "hello")
+
+    async def timed(call: Awaitable[Any]) -> float:
+        t0 = time.monotonic()
+        await call
+        return time.monotonic() - t0
+
+    storm = [asyncio.ensure_future(owner.add_members(gid, ids)) for _ in range(60)]
+    await asyncio.sleep(0.5)  # let the storm reach the server
+    read_s = await timed(other.conversations())
+    write_s = await timed(other.create_group("meanwhile", []))
+    results = await asyncio.gather(*storm)
+    assert all(r["added"] == [] for r in results), results[:2]
+    assert read_s < 2.0 and write_s < 2.0, (read_s, write_s)
+    # adding 400 new users at once is one statement, and one notice
+    fresh = await _register_many(url, 400)
+    t0 = time.monotonic()
+    res = await owner.add_members(gid, fresh)
+    assert sorted(res["added"]) == sorted(fresh) and time.monotonic() - t0 < 5
+    assert len(await owner.members(gid)) == 1 + 1500 + 400
+
+
+async def test_whoever_blocked_me_cannot_be_put_in_my_group(make: Make) -> None:
+    owner, friend, blocker = await make("own"), await make("fr"), await make("blk")
+    await blocker.block(owner.user_id)  # type: ignore[arg-type]
+    before = len(await owner.conversations())
+    await _expect(owner.create_group("nope", [friend.user_id, blocker.user_id]), 403, "blocked")  # type: ignore[list-item]
+    assert len(await owner.conversations()) == before  # no group was made
+    gid = (await owner.create_group("ok", [friend.user_id]))["group_id"]  # type: ignore[list-item]
+    await _expect(owner.add_members(gid, [blocker.user_id]), 403, "blocked")  # type: ignore[list-item]
+    assert blocker.user_id not in _roles(await owner.members(gid))
+    # the block is one way: the blocker can still put me in a group of theirs
+    theirs = await blocker.create_group("theirs", [owner.user_id])  # type: ignore[list-item]
+    assert owner.user_id in _roles(await blocker.members(theirs["group_id"]))
+    # and once lifted, adding works
+    await blocker.unblock(owner.user_id)  # type: ignore[arg-type]
+    assert (await owner.add_members(gid, [blocker.user_id]))["added"] == [blocker.user_id]  # type: ignore[list-item]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -29,8 +30,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from im_server.client import Client, Connection
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user
+from im_server.client import ApiError, Client, Connection
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    new_user,
+    send_ok,
+)
 
 CONTRACT_CODES = frozenset(
     {
@@ -1411,3 +1420,86 @@ async def test_nul_in_content_is_refused_or_persisted(own_server: ServerProcess)
     await conn.close()
     await alice.aclose()
     await bob.aclose()
+
+
+# --------------------------------------------------------------------------------------
+# strict numbers: JSON without NaN/Infinity, integers in ASCII digits only
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_in_bodies_are_refused_and_store_nothing(
+    pair: tuple[Client, Client, str], literal: str
+) -> None:
+    alice, bob, conv = pair
+    first = await alice.send_rest(conv, "first")
+    bodies = [
+        (
+            "/messages",
+            f'{{"client_msg_id": "nan-{literal}", "content_type": "text", '
+            f'"content": {{"text": "x", "n": {literal}}}}}',
+        ),
+        ("/read", f'{{"seq": {literal}}}'),
+    ]
+    for suffix, body in bodies:
+        resp = await rest(
+            alice.base_url, "POST", c_path(conv) + suffix, token=alice.token, body=body.encode()
+        )
+        assert resp.status_code in (400, 422), (body, resp.status_code, resp.text[:200])
+        check_error_body(resp, body)
+    resp = await rest(
+        alice.base_url,
+        "POST",
+        "/v1/groups",
+        token=alice.token,
+        body=f'{{"name": "g", "member_ids": [], "x": {literal}}}'.encode(),
+    )
+    assert resp.status_code in (400, 422), resp.text[:200]
+    # nothing was stored: the next send takes the very next seq
+    assert await send_ok(alice, conv, "next") == first["seq"] + 1
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/conversations/{conv}/messages", {"begin": "1_0"}),
+        ("/v1/conversations/{conv}/messages", {"limit": "\uff11\uff10"}),  # full-width 10
+        ("/v1/conversations/{conv}/messages", {"end": "+5"}),
+        ("/v1/conversations/{conv}/messages", {"end": " 5"}),
+        ("/v1/sync", {"since": "1_0"}),
+        ("/v1/sync", {"limit": "\uff15"}),
+        ("/v1/sync", {"wait": "1e1"}),
+        ("/v1/sync", {"wait": "inf"}),
+        ("/v1/conversations/{conv}/messages/1_0/receipts", None),
+        ("/v1/conversations/{conv}/messages/\uff11/receipts", None),
+        ("/v1/users/1_0", None),
+        ("/v1/users/+1", None),
+        ("/v1/users/\uff11", None),
+    ],
+)
+async def test_integers_are_ascii_digits_only(
+    pair: tuple[Client, Client, str], path: str, params: dict[str, str] | None
+) -> None:
+    alice, _, conv = pair
+    resp = await rest(
+        alice.base_url,
+        "GET",
+        path.format(conv=quote(conv, safe=":")),
+        token=alice.token,
+        params=params,
+    )
+    assert resp.status_code in (400, 422), (path, params, resp.status_code, resp.text[:200])
+    check_error_body(resp, (path, params))
+
+
+async def test_recall_of_a_seq_never_handed_out_is_404_at_once(
+    pair: tuple[Client, Client, str],
+) -> None:
+    alice, _, conv = pair
+    seq = await send_ok(alice, conv, "mine")
+    for far in (seq + 1, seq + 5_000, 2**62):
+        t0 = time.monotonic()
+        with pytest.raises(ApiError) as e:
+            await alice.recall(conv, far)
+        assert (e.value.status, e.value.code) == (404, "not_found")
+        assert time.monotonic() - t0 < 0.5, (far, time.monotonic() - t0)
+    assert (await alice.recall(conv, seq))["seq"] == seq

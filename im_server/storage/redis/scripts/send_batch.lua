@@ -13,8 +13,8 @@
 -- first), ARGV[3] dedupe_ttl_seconds, ARGV[4] low_water (refill the seq block in the
 -- background when fewer seqs than this remain), then one value per send: its fields
 -- joined by NUL: conv_id, sender_id, client_msg_id, content_type, content_json,
--- server_time, skip_perm ("1" = lookup failed, fail open), skip_cold ("1" = PostgreSQL
--- was asked). (JSON text never holds a raw NUL, nor do the other fields.) A queued send
+-- server_time, skip_perm ("1" = a server-made message, or a single chat whose lookup
+-- failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text never holds a raw NUL, nor do the other fields.) A queued send
 -- becomes the stream entry {q: seq, d: that value}.
 -- Returns one entry per send:
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
