@@ -5,6 +5,7 @@ pooled engine of the REST calls and the persister's own connection)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -22,7 +23,8 @@ def _spelled(url: str, scheme: str) -> str:
 async def test_each_spelling_serves(stores: Stores, scheme: str) -> None:
     db_url = _spelled(stores.pg.url, scheme)
     env = {**stores.env(), "IM_DATABASE_URL": db_url}
-    migrate = subprocess.run(
+    migrate = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "im_server", "migrate"],
         env={**env, "PATH": "/usr/bin:/bin"},
         capture_output=True,
