@@ -19,6 +19,7 @@ from tests.support import ServerProcess, Stores, befriend, eventually, new_user
 SEND_PER_S, SEND_BURST = 5, 10
 READ_PER_S, READ_BURST = 5, 10
 TYPING_PER_S, TYPING_BURST = 1, 2
+MEMBERS_PER_S, MEMBERS_BURST = 0.2, 3
 MAX_CONNS = 3
 
 LIMITS = {
@@ -28,6 +29,8 @@ LIMITS = {
     "IM_RATE_READ_BURST": str(READ_BURST),
     "IM_RATE_TYPING_PER_S": str(TYPING_PER_S),
     "IM_RATE_TYPING_BURST": str(TYPING_BURST),
+    "IM_RATE_MEMBERS_PER_S": str(MEMBERS_PER_S),
+    "IM_RATE_MEMBERS_BURST": str(MEMBERS_BURST),
     "IM_MAX_CONNECTIONS_PER_USER": str(MAX_CONNS),
 }
 
@@ -210,6 +213,23 @@ async def test_typing_is_limited(duo: tuple[Client, Client, str], limited: Serve
     assert not conn.closed.is_set(), _log(limited)
     await conn.close()
     await peer.close()
+
+
+async def test_member_changes_are_limited(limited: ServerProcess) -> None:
+    """Creating groups and adding members share one budget per user; a refused add
+    changes nothing."""
+    owner = await new_user(limited.url, "own")
+    others = [await new_user(limited.url, f"m{i}") for i in range(3)]
+    ids = [int(o.user_id) for o in others]  # type: ignore[arg-type]
+    gid = (await owner.create_group("limited", ids[:1]))["group_id"]
+    assert (await owner.add_members(gid, ids[1:2]))["added"] == ids[1:2]
+    assert (await owner.add_members(gid, ids[1:2]))["added"] == []  # a no-op still costs
+    with pytest.raises(ApiError) as e:
+        await owner.add_members(gid, ids[2:])
+    assert (e.value.status, e.value.code) == (429, "rate_limited")
+    assert int(ids[2]) not in {m["user_id"] for m in await owner.members(gid)}
+    for c in (owner, *others):
+        await c.aclose()
 
 
 async def test_connection_cap_per_user(limited: ServerProcess) -> None:
