@@ -4,6 +4,8 @@ compose plugin, `docker compose config` must accept the file as well."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,9 +75,46 @@ def test_docker_compose_config_accepts_the_file() -> None:
         and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
     )
     if has_compose:
+        env = {**os.environ, "POSTGRES_PASSWORD": "pw1", "REDIS_PASSWORD": "pw2"}
         r = subprocess.run(
-            [docker, "compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True
+            [docker, "compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True, env=env
         )
         assert r.returncode == 0, r.stderr
     else:  # no compose plugin on this machine: the YAML checks above are what runs
         assert _compose()["volumes"].keys() >= {"pgdata", "redisdata"}
+
+
+def test_no_secret_in_the_files_and_every_store_asks_for_one() -> None:
+    """Passwords come from the environment (or `.env`, listed in .env.example); compose
+    refuses to start without them, and Redis gets one too."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    services = _compose()["services"]
+    env = services["gateway1"]["environment"]
+    assert "${POSTGRES_PASSWORD:?" in env["IM_DATABASE_URL"]
+    assert "${REDIS_PASSWORD:?" in env["IM_REDIS_URL"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    cmd = services["redis"]["command"]
+    assert cmd[cmd.index("--requirepass") + 1].startswith("${REDIS_PASSWORD:?")
+    assert "im:im@" not in text
+    example = (ROOT / ".env.example").read_text()
+    for var in ("POSTGRES_PASSWORD", "REDIS_PASSWORD"):
+        assert re.search(rf"^{var}=$", example, re.M), var
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    # only the proxy is reachable from outside
+    assert [n for n, s in services.items() if s.get("ports")] == ["proxy"]
+
+
+def test_image_runs_as_a_user_and_proxies_log_no_query_strings() -> None:
+    docker = (ROOT / "Dockerfile").read_text()
+    users = re.findall(r"^USER\s+(\S+)", docker, re.M)
+    assert users and users[-1].split(":")[0] not in ("root", "0"), users
+    for conf in ("nginx.conf", "nginx-tls.conf"):
+        text = (ROOT / "deploy" / conf).read_text()
+        formats = re.findall(r"log_format\s+\w+\s+([^;]+);", text)
+        assert formats, conf
+        for fmt in formats:  # the WebSocket URL's query holds the token
+            for var in ("$request ", '$request"', "$request_uri", "$args", "$query_string"):
+                assert var not in fmt, (conf, var)
+        assert "access_log" in text and "client_max_body_size 1m;" in text, conf
