@@ -25,6 +25,7 @@ from im_server.runtime.embedded import (
     EmbeddedRedis,
     EmbeddedRuntimeError,
     free_port,
+    read_password,
     start_postgres,
     start_redis,
     wait_for_port,
@@ -56,7 +57,11 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
 def pg_fetch(pg: EmbeddedPostgres, sql: str, *args: Any) -> list[asyncpg.Record]:
     async def run() -> list[asyncpg.Record]:
         conn = await asyncpg.connect(
-            host="127.0.0.1", port=pg.port, user="postgres", database="postgres"
+            host="127.0.0.1",
+            port=pg.port,
+            user="postgres",
+            password=read_password(pg.data_dir),
+            database="postgres",
         )
         try:
             return list(await conn.fetch(sql, *args))
@@ -124,8 +129,12 @@ def test_restart_keeps_data(tmp_path: Path, stoppers: list[Callable[[], None]]) 
     # A deep folder: the unix socket path would not fit in PGDATA (107 byte limit).
     folder = tmp_path / ("d" * 60) / "im-data"
     pg, r = both(folder, stoppers)
-    assert pg.url == f"postgresql+asyncpg://postgres@127.0.0.1:{pg.port}/postgres"
-    assert r.url == f"redis://127.0.0.1:{r.port}/0"
+    pg_pw, r_pw = read_password(pg.data_dir), read_password(r.data_dir)
+    assert pg.url == f"postgresql+asyncpg://postgres:{pg_pw}@127.0.0.1:{pg.port}/postgres"
+    assert r.url == f"redis://:{r_pw}@127.0.0.1:{r.port}/0"
+    assert pg.display_url == f"postgresql+asyncpg://postgres:***@127.0.0.1:{pg.port}/postgres"
+    assert r.display_url == f"redis://:***@127.0.0.1:{r.port}/0"
+    assert pg_pw not in repr(pg) and r_pw not in repr(r)
     assert pg.socket_dir is not None and pg.socket_dir != pg.data_dir
     assert pg.port != r.port
     pg_pid, r_pid = pg.pid(), r.pid()
@@ -149,6 +158,7 @@ def test_restart_keeps_data(tmp_path: Path, stoppers: list[Callable[[], None]]) 
     assert not (r.data_dir / "redis.pid").exists()
 
     pg2, r2 = both(folder, stoppers)
+    assert (pg2.password, r2.password) == (pg_pw, r_pw)  # kept, not made anew
     assert pg_values(pg2) == ["row-1"]
     assert rget(r2, "k") == b"v1"
 
