@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 import redis
 
 from im_server.runtime.embedded import (
+    STORE_SYSTEM_USER,
     EmbeddedPostgres,
     EmbeddedRedis,
     EmbeddedRuntimeError,
@@ -270,7 +272,7 @@ def test_half_written_aof(tmp_path: Path, stoppers: list[Callable[[], None]], ta
 
 
 CHILD = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 from im_server.runtime.embedded import start_postgres, start_redis
 folder = Path(sys.argv[1])
@@ -278,7 +280,7 @@ pg = start_postgres(folder / "pg", fsync=False)
 r = start_redis(folder / "redis")
 import redis
 redis.Redis.from_url(r.url).set("from-child", "1")
-print(json.dumps({"pg": pg.pid(), "redis": r.pid()}), flush=True)
+print(json.dumps({"pg": pg.pid(), "redis": r.pid(), "uid": os.geteuid()}), flush=True)
 time.sleep(60)
 """
 
@@ -296,12 +298,16 @@ def test_parent_process_group_killed(tmp_path: Path, stoppers: list[Callable[[],
     try:
         assert child.stdout is not None
         pids = json.loads(child.stdout.readline())
+        if pids["uid"] == 0:  # as root, Redis runs as the store user
+            store_uid = pwd.getpwnam(STORE_SYSTEM_USER).pw_uid
+            assert psutil.Process(pids["redis"]).uids().real == store_uid
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(10)
         if child.stdout is not None:
             child.stdout.close()
-    # Redis follows its parent (PR_SET_PDEATHSIG); the postmaster, in its own session, stays.
+    # Redis follows its parent (PR_SET_PDEATHSIG), also when it runs as another user;
+    # the postmaster, in its own session, stays.
     assert wait_gone(pids["redis"], 10)
     assert alive(pids["pg"])
 
