@@ -14,25 +14,34 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from im_server import logs
 from im_server.config import Settings, load_settings
 
+if TYPE_CHECKING:
+    from im_server.runtime.embedded import EmbeddedPostgres, EmbeddedRedis
+
 log = logging.getLogger("im_server.cli")
 
 
-def _start_embedded(settings: Settings) -> tuple[Settings, list[object]]:
-    from im_server.runtime.embedded import start_postgres, start_redis
+def _start_embedded(
+    settings: Settings, handles: list[object]
+) -> tuple[Settings, EmbeddedPostgres, EmbeddedRedis]:
+    """Start both stores; each goes into ``handles`` (to be stopped, Redis first) as soon
+    as it runs, so a failure of the second does not leave the first running."""
+    from im_server.runtime.embedded import prepare_data_dir, start_postgres, start_redis
 
-    data = settings.data_dir.resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    data = prepare_data_dir(settings.data_dir)
     t0 = time.monotonic()
     pg = start_postgres(data / "pg")
+    handles.insert(0, pg)
     rd = start_redis(data / "redis")
+    handles.insert(0, rd)
     log.info("embedded stores up in %.2f s", time.monotonic() - t0)
     os.environ["IM_DATABASE_URL"] = pg.url
     os.environ["IM_REDIS_URL"] = rd.url
-    return settings.model_copy(update={"database_url": pg.url, "redis_url": rd.url}), [rd, pg]
+    return settings.model_copy(update={"database_url": pg.url, "redis_url": rd.url}), pg, rd
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -66,8 +75,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # which lands here as KeyboardInterrupt, so the embedded stores are stopped below.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        data_note = "using the configured PostgreSQL and Redis"
         if settings.embedded:
-            settings, handles = _start_embedded(settings)
+            settings, pg, rd = _start_embedded(settings, handles)
+            data_note = (
+                f"data in {settings.data_dir.resolve()} "
+                f"(embedded PostgreSQL {pg.display_url}, Redis {rd.display_url})"
+            )
         from im_server.storage.db import run_migrations
 
         assert settings.database_url
@@ -78,11 +92,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from im_server.gateway.ws import with_websocket
 
         where = f"http://{settings.host}:{settings.port}"
-        data_note = (
-            f"data in {settings.data_dir.resolve()} (embedded PostgreSQL {settings.database_url}, Redis {settings.redis_url})"
-            if handles
-            else "using the configured PostgreSQL and Redis"
-        )
         print(
             f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws); {data_note}",
             flush=True,

@@ -29,6 +29,7 @@ from im_server.runtime.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
     free_port,
+    prepare_data_dir,
     start_postgres,
     start_redis,
 )
@@ -54,7 +55,7 @@ class Stores:
 
     @classmethod
     def start(cls, root: Path, *, fsync: bool = False) -> Stores:
-        root.mkdir(parents=True, exist_ok=True)
+        root = prepare_data_dir(root)
         pg = start_postgres(root / "pg", fsync=fsync)
         rd = start_redis(root / "redis")
         run_migrations(pg.url)

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from im_server.client import Client, Connection
-from im_server.runtime.embedded import EmbeddedPostgres, start_redis
+from im_server.runtime.embedded import EmbeddedPostgres, read_password, start_redis
 from tests.support import (
     PASSWORD,
     ServerProcess,
@@ -68,11 +68,15 @@ async def all_history(client: Client, conv: str, page: int = 200) -> list[dict[s
 
 
 async def stream_depth(srv: ServerProcess) -> str:
-    """XLEN of the embedded server's stream (its Redis URL is in the start-up line)."""
-    found = re.search(r"Redis (redis://[^)\s]+)", srv.log_tail(200))
-    if not found:
+    """XLEN of the embedded server's stream (its Redis port is in the start-up line, the
+    password in the data folder)."""
+    found = re.search(r"Redis redis://:\*\*\*@127\.0\.0\.1:(\d+)/0", srv.log_tail(200))
+    if not found or srv.data_dir is None:
         return "?"
-    r = aioredis.Redis.from_url(found.group(1), decode_responses=True)
+    password = read_password(srv.data_dir / "redis")
+    r = aioredis.Redis(
+        host="127.0.0.1", port=int(found.group(1)), password=password, decode_responses=True
+    )
     try:
         return str(await r.xlen(STREAM))
     finally:

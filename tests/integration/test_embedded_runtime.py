@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -21,10 +22,12 @@ import pytest
 import redis
 
 from im_server.runtime.embedded import (
+    STORE_SYSTEM_USER,
     EmbeddedPostgres,
     EmbeddedRedis,
     EmbeddedRuntimeError,
     free_port,
+    read_password,
     start_postgres,
     start_redis,
     wait_for_port,
@@ -56,7 +59,11 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
 def pg_fetch(pg: EmbeddedPostgres, sql: str, *args: Any) -> list[asyncpg.Record]:
     async def run() -> list[asyncpg.Record]:
         conn = await asyncpg.connect(
-            host="127.0.0.1", port=pg.port, user="postgres", database="postgres"
+            host="127.0.0.1",
+            port=pg.port,
+            user="postgres",
+            password=read_password(pg.data_dir),
+            database="postgres",
         )
         try:
             return list(await conn.fetch(sql, *args))
@@ -124,8 +131,12 @@ def test_restart_keeps_data(tmp_path: Path, stoppers: list[Callable[[], None]]) 
     # A deep folder: the unix socket path would not fit in PGDATA (107 byte limit).
     folder = tmp_path / ("d" * 60) / "im-data"
     pg, r = both(folder, stoppers)
-    assert pg.url == f"postgresql+asyncpg://postgres@127.0.0.1:{pg.port}/postgres"
-    assert r.url == f"redis://127.0.0.1:{r.port}/0"
+    pg_pw, r_pw = read_password(pg.data_dir), read_password(r.data_dir)
+    assert pg.url == f"postgresql+asyncpg://postgres:{pg_pw}@127.0.0.1:{pg.port}/postgres"
+    assert r.url == f"redis://:{r_pw}@127.0.0.1:{r.port}/0"
+    assert pg.display_url == f"postgresql+asyncpg://postgres:***@127.0.0.1:{pg.port}/postgres"
+    assert r.display_url == f"redis://:***@127.0.0.1:{r.port}/0"
+    assert pg_pw not in repr(pg) and r_pw not in repr(r)
     assert pg.socket_dir is not None and pg.socket_dir != pg.data_dir
     assert pg.port != r.port
     pg_pid, r_pid = pg.pid(), r.pid()
@@ -149,6 +160,7 @@ def test_restart_keeps_data(tmp_path: Path, stoppers: list[Callable[[], None]]) 
     assert not (r.data_dir / "redis.pid").exists()
 
     pg2, r2 = both(folder, stoppers)
+    assert (pg2.password, r2.password) == (pg_pw, r_pw)  # kept, not made anew
     assert pg_values(pg2) == ["row-1"]
     assert rget(r2, "k") == b"v1"
 
@@ -260,7 +272,7 @@ def test_half_written_aof(tmp_path: Path, stoppers: list[Callable[[], None]], ta
 
 
 CHILD = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 from im_server.runtime.embedded import start_postgres, start_redis
 folder = Path(sys.argv[1])
@@ -268,7 +280,7 @@ pg = start_postgres(folder / "pg", fsync=False)
 r = start_redis(folder / "redis")
 import redis
 redis.Redis.from_url(r.url).set("from-child", "1")
-print(json.dumps({"pg": pg.pid(), "redis": r.pid()}), flush=True)
+print(json.dumps({"pg": pg.pid(), "redis": r.pid(), "uid": os.geteuid()}), flush=True)
 time.sleep(60)
 """
 
@@ -286,12 +298,16 @@ def test_parent_process_group_killed(tmp_path: Path, stoppers: list[Callable[[],
     try:
         assert child.stdout is not None
         pids = json.loads(child.stdout.readline())
+        if pids["uid"] == 0:  # as root, Redis runs as the store user
+            store_uid = pwd.getpwnam(STORE_SYSTEM_USER).pw_uid
+            assert psutil.Process(pids["redis"]).uids().real == store_uid
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait(10)
         if child.stdout is not None:
             child.stdout.close()
-    # Redis follows its parent (PR_SET_PDEATHSIG); the postmaster, in its own session, stays.
+    # Redis follows its parent (PR_SET_PDEATHSIG), also when it runs as another user;
+    # the postmaster, in its own session, stays.
     assert wait_gone(pids["redis"], 10)
     assert alive(pids["pg"])
 

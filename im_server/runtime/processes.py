@@ -1,0 +1,248 @@
+"""Process and port helpers shared by the embedded PostgreSQL and Redis supervisors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+_LOG_ROTATE_BYTES = 16 * 1024 * 1024
+HIDDEN = "***"
+
+
+class EmbeddedRuntimeError(RuntimeError):
+    """An embedded server could not be started or stopped; the message carries the log tail."""
+
+
+# --------------------------------------------------------------------------- ports
+
+
+_issued_ports: set[int] = set()
+_issued_lock = threading.Lock()
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (never the same one twice in this process)."""
+    with _issued_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((HOST, 0))
+                port = int(s.getsockname()[1])
+            if port not in _issued_ports:
+                _issued_ports.add(port)
+                return port
+    raise EmbeddedRuntimeError("could not find a free TCP port")
+
+
+def wait_for_port(host: str, port: int, timeout: float) -> None:
+    """Block until a TCP connect to ``host:port`` succeeds; ``TimeoutError`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{host}:{port} not accepting connections after {timeout}s"
+                ) from exc
+            time.sleep(0.02)
+
+
+def _port_is_free(port: int) -> bool:
+    # Servers bind with SO_REUSEADDR, so TIME_WAIT leftovers of a previous run do not count.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_port(port: int, what: str) -> None:
+    if not _port_is_free(port):
+        raise EmbeddedRuntimeError(
+            f"{what}: port {HOST}:{port} is already in use by another process; "
+            "choose another port or leave it unset to pick a free one"
+        )
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a server log (never through a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - 16384))
+            data = fh.read()
+    except OSError:
+        return f"(no log at {path})"
+    text = data.decode("utf-8", "replace").splitlines()[-lines:]
+    return "\n".join(text) if text else f"(log {path} is empty)"
+
+
+def rotate_log(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.lstat().st_size > _LOG_ROTATE_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+
+
+def scrub(text: str, hide: Iterable[str]) -> str:
+    """``text`` with every secret in ``hide`` replaced by ``***``."""
+    for secret in hide:
+        if secret:
+            text = text.replace(secret, HIDDEN)
+    return text
+
+
+def store_env() -> dict[str, str]:
+    """The environment for a store process: ours without the IM_* settings (they may hold
+    the stores' URLs with their passwords, which the store processes have no use for)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("IM_")}
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def proc(pid: int) -> psutil.Process | None:
+    """The live (non-zombie) process ``pid``, or None."""
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def pid_exists(pid: int) -> bool:
+    """True when the pid is taken by anything, zombies and foreign processes included."""
+    return pid > 0 and psutil.pid_exists(pid)
+
+
+def _reap_if_child(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_dead(pid: int, timeout: float) -> bool:
+    """Wait until ``pid`` is gone or a zombie. True when it is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap_if_child(pid)
+        if proc(pid) is None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def send_signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def terminate(pid: int, *, sig: int = signal.SIGTERM, grace: float = 5.0) -> None:
+    """Send ``sig``, wait up to ``grace`` seconds, then SIGKILL and wait again."""
+    send_signal(pid, sig)
+    if not wait_dead(pid, grace):
+        send_signal(pid, signal.SIGKILL)
+        wait_dead(pid, 5.0)
+
+
+def _same_path(a: str | Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def procs_in_dir(name: str, directory: Path) -> list[psutil.Process]:
+    """Live processes called ``name`` whose working directory is ``directory``.
+
+    PostgreSQL processes chdir to PGDATA and Redis chdirs to its ``dir``, so this finds
+    exactly the servers of this data folder (and nothing of anybody else).
+    """
+    found: list[psutil.Process] = []
+    for p in psutil.process_iter(["name"]):
+        try:
+            if p.info["name"] != name or p.pid == os.getpid():
+                continue
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if _same_path(p.cwd(), directory):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def is_ours(p: psutil.Process, name: str, directory: Path, needles: Sequence[str] = ()) -> bool:
+    try:
+        if p.name() != name:
+            return False
+        with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess):
+            if _same_path(p.cwd(), directory):
+                return True
+        cmdline = " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return str(directory) in cmdline or any(n in cmdline for n in needles)
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    what: str,
+    timeout: float,
+    input_text: str | None = None,
+    hide: Sequence[str] = (),
+    **kwargs: Any,
+) -> str:
+    """Run ``cmd``; output goes through temp files (a pipe would be inherited by the daemon).
+
+    Every string in ``hide`` (passwords, password hashes) is replaced by ``***`` in the
+    output that ends up in an exception message.
+    """
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            done = subprocess.run(
+                list(cmd),
+                stdin=subprocess.DEVNULL if input_text is None else None,
+                input=input_text,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+                **kwargs,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out.seek(0)
+            text = scrub(out.read(), hide)
+            raise EmbeddedRuntimeError(
+                f"{what}: timed out after {timeout}s\n{text[-4000:]}"
+            ) from exc
+        out.seek(0)
+        text = out.read()
+    if done.returncode != 0:
+        raise EmbeddedRuntimeError(
+            f"{what}: exit status {done.returncode}\n{scrub(text, hide)[-4000:]}"
+        )
+    return text
