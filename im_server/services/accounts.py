@@ -151,20 +151,24 @@ async def do_login(
     device_id: object = None,
     client_host: str | None = None,
 ) -> dict[str, object]:
-    if not isinstance(username, str) or not isinstance(password, str) or len(password) > 256:
+    """A token for the device, replacing the device's session. Throttled before any
+    password is checked; an unknown username is checked against the dummy hash, so it
+    is refused exactly like a wrong password, in the same time."""
+    if not isinstance(username, str) or not isinstance(password, str):
         raise _bad_login()
-    if "\x00" in password:
-        raise _bad_login()
+    if len(password) > 256 or "\x00" in password:
+        raise _bad_login()  # no account can have such a password
     check_text(password, "password")
     device = check_device_id(secrets.token_hex(8) if device_id is None else device_id)
     try:
         name = normalize_username(username)
     except NameRefused:
         raise _bad_login() from None  # no account can have it
-    attempt = await login_throttle.begin(ctx, username_key(name), client_host)
+    key = username_key(name)
+    attempt = await login_throttle.begin(ctx, key, client_host)
     try:
         async with ctx.db.connect() as conn:
-            user = await store.user_by_name(conn, name, username_key(name))
+            user = await store.user_by_name(conn, name, key)
         ok = await verify_password(ctx, user.password_hash if user else None, password)
     except Exception:
         await login_throttle.give_back(ctx, attempt)  # no check happened: no failure
