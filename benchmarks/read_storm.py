@@ -144,8 +144,9 @@ async def make_users(pg: asyncpg.Connection, n: int, run: str) -> list[tuple[int
     sha256(token) like ``im_server.services.accounts.token_hash``."""
     now = int(time.time() * 1000)
     rows = await pg.fetch(
-        "INSERT INTO users (username, display_name, password_hash, created_at) "
-        "SELECT $1 || i, $1 || i, 'bench-no-login', $2 FROM generate_series(1, $3) i "
+        "INSERT INTO users (username, username_key, display_name, password_hash, created_at) "
+        "SELECT $1 || i, lower($1 || i), $1 || i, 'bench-no-login', $2 "
+        "FROM generate_series(1, $3) i "
         "RETURNING user_id",
         f"rs{run}_",
         now,
@@ -153,8 +154,8 @@ async def make_users(pg: asyncpg.Connection, n: int, run: str) -> list[tuple[int
     )
     ids = sorted(int(r["user_id"]) for r in rows)
     await pg.execute(
-        "INSERT INTO sessions (token_hash, user_id, device_id, created_at) "
-        "SELECT sha256(convert_to($1 || '-' || u, 'UTF8')), u, 'bench', $2 "
+        "INSERT INTO sessions (token_hash, user_id, device_id, created_at, last_used_at) "
+        "SELECT sha256(convert_to($1 || '-' || u, 'UTF8')), u, 'bench', $2, $2 "
         "FROM unnest($3::bigint[]) u",
         run,
         now,

@@ -70,8 +70,8 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
     n_users = max(2000, args.u_singles + 2 * args.convs + 100)
     now = int(time.time() * 1000)
     await pg.execute(
-        "INSERT INTO users (username, display_name, password_hash, created_at) "
-        "SELECT 'uq' || i, 'uq' || i, 'x', $1 FROM generate_series(1, $2) i",
+        "INSERT INTO users (username, username_key, display_name, password_hash, created_at) "
+        "SELECT 'uq' || i, 'uq' || i, 'uq' || i, 'x', $1 FROM generate_series(1, $2) i",
         now,
         n_users,
     )

@@ -26,6 +26,7 @@ from im_server.gateway import ws
 from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
+from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
@@ -90,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.ctx = ctx
         app.state.gateway = ws.Gateway(ctx, hub, fanout)
         await fanout.start()
+        recheck = TokenRecheck(ctx, hub)
+        recheck.start()
         receipts = ReceiptPusher(ctx)
         ctx.extra["receipts"] = receipts
         batcher = CursorBatcher(
@@ -110,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for c in hub_conns:
                 c.close(CLOSE_RESTART, "server restarting")
             await asyncio.sleep(0.05 if hub_conns else 0)
+            await recheck.stop()
             await batcher.stop()
             await receipts.stop()
             if persister:

@@ -533,6 +533,27 @@ class Client:
         """Revoke this token. It is kept on the object, so tests can check it is dead."""
         await self.request("DELETE", "/v1/sessions/current")
 
+    async def sessions(self) -> list[dict[str, Any]]:
+        """My live sessions: ``[{device_id, created_at, last_used_at, current}]``."""
+        return await self.request("GET", "/v1/sessions")
+
+    async def revoke_session(self, device_id: str) -> None:
+        """Revoke my session on another device (or this one)."""
+        await self.request("DELETE", "/v1/sessions/" + quote(device_id, safe=""))
+
+    async def logout_everywhere(self) -> None:
+        """Revoke every session of mine, this token's too."""
+        await self.request("DELETE", "/v1/sessions")
+
+    async def change_password(self, old_password: str, new_password: str) -> None:
+        """Every other session of mine is revoked; this token stays valid."""
+        body = {"old_password": old_password, "new_password": new_password}
+        await self.request("PUT", "/v1/me/password", json=body)
+
+    async def lookup_user(self, username: str) -> dict[str, Any]:
+        """``{user_id, username, display_name}`` of the user with that username."""
+        return await self.request("GET", "/v1/users/lookup", params={"username": username})
+
     # -- friends / blocks --------------------------------------------------------------
     async def request_friend(self, to_user_id: int, note: str | None = None) -> int:
         body: dict[str, Any] = {"to_user_id": to_user_id}

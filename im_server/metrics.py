@@ -66,3 +66,15 @@ PERSIST_POISON = Counter(
     "im_persist_unstorable_total",
     "Messages whose content the database refused (stored with a placeholder)",
 )
+LOGINS = Counter("im_logins_total", "Login attempts by outcome", ["outcome"])
+LOGIN_THROTTLE_UNAVAILABLE = Counter(
+    "im_login_throttle_unavailable_total",
+    "Logins and password checks let through unthrottled because Redis could not be reached",
+)
+TOKEN_RECHECKS = Counter(
+    "im_token_rechecks_total", "Periodic re-checks of the open WebSockets' tokens", ["outcome"]
+)
+TOKEN_RECHECK_CLOSED = Counter(
+    "im_token_recheck_closed_total",
+    "WebSockets closed (4401) by the periodic re-check: their token was revoked or idle",
+)

@@ -36,13 +36,16 @@ from im_server.runtime.embedded import (
 from im_server.storage.db import run_migrations
 
 # cheap password hashing, and rate limits far above what the tests send (the rate-limit
-# tests start their own server with low limits)
+# and login-throttling tests start their own server with low limits); every test client
+# is 127.0.0.1, so the per-address login limit would otherwise trip across tests
 FAST_HASH_ENV = {
     "IM_ARGON2_TIME_COST": "1",
     "IM_ARGON2_MEMORY_KIB": "1024",
     "IM_RATE_SEND_BURST": "100000",
     "IM_RATE_READ_BURST": "100000",
     "IM_RATE_MEMBERS_BURST": "100000",
+    "IM_LOGIN_FAIL_USER_MAX": "100000",
+    "IM_LOGIN_FAIL_ADDR_MAX": "100000",
 }
 PASSWORD = "password-1234"
 

@@ -1,17 +1,21 @@
-"""Accounts and sessions: POST /v1/users, POST /v1/sessions, DELETE /v1/sessions/current, GET /v1/me."""
+"""Accounts and sessions: register, log in, my sessions (list, revoke one, revoke all),
+password change, /v1/me, user profiles and look-up by username."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
+from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id, client_host
 from im_server.api.parsing import StrictJsonRoute
-from im_server.api.schemas import NewSession, NewUser
+from im_server.api.schemas import NewSession, NewUser, PasswordChange
 from im_server.services import accounts
 
 router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
+
+# a device id in a path: bounded here, its characters checked like at login (400)
+DevicePath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 @router.post("/users", status_code=201, summary="Register a user")
@@ -19,9 +23,28 @@ async def register(body: NewUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.do_register(ctx, body.username, body.password, body.display_name)
 
 
-@router.post("/sessions", summary="Log in: a bearer token for this device")
-async def login(body: NewSession, ctx: Ctx) -> dict[str, Any]:
-    return await accounts.do_login(ctx, body.username, body.password, body.device_id)
+@router.post(
+    "/sessions",
+    summary="Log in: a bearer token for this device (replaces the device's session)",
+    responses={429: {"description": "rate_limited: too many failed logins"}},
+)
+async def login(body: NewSession, ctx: Ctx, request: Request) -> dict[str, Any]:
+    return await accounts.do_login(
+        ctx, body.username, body.password, body.device_id, client_host(request)
+    )
+
+
+@router.get("/sessions", summary="My live sessions, one per device")
+async def list_sessions(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
+    return await accounts.sessions(ctx, caller.user_id, caller.token)
+
+
+@router.delete(
+    "/sessions", status_code=204, summary="Log out everywhere: revoke every session of mine"
+)
+async def logout_everywhere(caller: CurrentUser, ctx: Ctx) -> Response:
+    await accounts.do_logout_everywhere(ctx, caller.user_id)
+    return Response(status_code=204)
 
 
 @router.delete(
@@ -32,9 +55,46 @@ async def logout(caller: CurrentUser, ctx: Ctx) -> Response:
     return Response(status_code=204)
 
 
+@router.delete(
+    "/sessions/{device_id}",
+    status_code=204,
+    summary="Revoke my session on that device (its sockets close with 4401)",
+)
+async def revoke_device(device_id: DevicePath, caller: CurrentUser, ctx: Ctx) -> Response:
+    await accounts.do_revoke_device(ctx, caller.user_id, device_id)
+    return Response(status_code=204)
+
+
 @router.get("/me", summary="Who am I")
 async def me(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.me(ctx, caller.user_id)
+
+
+@router.put(
+    "/me/password",
+    status_code=204,
+    summary="Change my password; every other session of mine is revoked",
+    responses={429: {"description": "rate_limited: too many failed password checks"}},
+)
+async def change_password(
+    body: PasswordChange, caller: CurrentUser, ctx: Ctx, request: Request
+) -> Response:
+    await accounts.do_change_password(
+        ctx,
+        caller.user_id,
+        caller.token,
+        body.old_password,
+        body.new_password,
+        client_host(request),
+    )
+    return Response(status_code=204)
+
+
+@router.get("/users/lookup", summary="Find a user by username (compared as at registration)")
+async def lookup_user(
+    username: Annotated[str, Query(min_length=1, max_length=256)], caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
+    return await accounts.lookup(ctx, username)
 
 
 @router.get("/users/{user_id}", summary="A user's public profile (username, display name)")

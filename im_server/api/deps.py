@@ -29,11 +29,17 @@ async def get_caller(request: Request, ctx: Annotated[Context, Depends(get_ctx)]
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ImError("unauthorized", "send Authorization: Bearer <token>")
-    user_id, device_id = await accounts.authenticate(ctx, token.strip())
-    return Caller(user_id, device_id, token.strip())
+    session = await accounts.authenticate(ctx, token.strip())
+    return Caller(session.user_id, session.device_id, token.strip())
 
 
-__all__ = ["ERRORS", "Caller", "Ctx", "CurrentUser", "Id", "get_caller", "get_ctx"]
+def client_host(request: Request) -> str | None:
+    """The client's address as the server sees it (``X-Forwarded-For`` is applied by the
+    server only for the proxies it is told to trust)."""
+    return request.client.host if request.client else None
+
+
+__all__ = ["ERRORS", "Caller", "Ctx", "CurrentUser", "Id", "client_host", "get_caller", "get_ctx"]
 
 Ctx = Annotated[Context, Depends(get_ctx)]
 CurrentUser = Annotated[Caller, Depends(get_caller)]

@@ -11,7 +11,10 @@ class NewUser(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"username": "alice", "password": "correct horse"}]}
     )
-    username: Any = Field(description="3-32 characters of letters, digits, '_', '.', '-'")
+    username: Any = Field(
+        description="3-32 characters (NFKC; a wide character counts as two) of Unicode "
+        "letters, marks, digits, '_', '.', '-'; unique regardless of case"
+    )
     password: Any = Field(description="8-256 characters")
     display_name: Any = None
 
@@ -25,6 +28,16 @@ class NewSession(BaseModel):
     username: Any
     password: Any
     device_id: Any = None
+
+
+class PasswordChange(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"old_password": "correct horse", "new_password": "battery staple"}]
+        }
+    )
+    old_password: Any
+    new_password: Any = Field(description="8-256 characters")
 
 
 class FriendRequestBody(BaseModel):

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from im_server.context import Context
-from im_server.errors import ImError, bad_request, check_text, not_found
+from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import group_conv_id, parse_conv_id
+from im_server.names import check_display_name
 from im_server.services import notify, permissions, send, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, contacts, conversations, groups
@@ -29,7 +30,7 @@ async def do_create_group(
 ) -> dict[str, Any]:
     if not isinstance(name, str) or not 1 <= len(name.strip()) <= 64:
         raise bad_request("name: 1-64 characters")
-    check_text(name, "name")
+    check_display_name(name, "name")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
     ctx.extra["rate_members"].check(owner, "group changes")
     if ids:

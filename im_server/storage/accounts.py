@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -20,32 +21,62 @@ class UserRow:
 
 
 async def create_user(
-    conn: AsyncConnection, username: str, display_name: str, password_hash: str
+    conn: AsyncConnection, username: str, username_key: str, display_name: str, password_hash: str
 ) -> int | None:
-    """Insert a user; None when the username is taken."""
+    """Insert a user; None when the username (or another with the same key) is taken."""
     try:
         async with conn.begin_nested():
             r = await conn.execute(
                 text(
-                    "INSERT INTO users (username, display_name, password_hash, created_at) "
-                    "VALUES (:u, :d, :p, :t) RETURNING user_id"
+                    "INSERT INTO users (username, username_key, display_name, password_hash, "
+                    "created_at) VALUES (:u, :k, :d, :p, :t) RETURNING user_id"
                 ),
-                {"u": username, "d": display_name, "p": password_hash, "t": now_ms()},
+                {
+                    "u": username,
+                    "k": username_key,
+                    "d": display_name,
+                    "p": password_hash,
+                    "t": now_ms(),
+                },
             )
             return int(r.scalar_one())
     except IntegrityError:
         return None
 
 
-async def user_by_name(conn: AsyncConnection, username: str) -> UserRow | None:
+async def user_by_name(conn: AsyncConnection, username: str, username_key: str) -> UserRow | None:
+    """The user of a (normalised) username: the one whose username is exactly this, else
+    the one with the same key. The exact match first serves the users whose username
+    predates keys and collides with an older one's (their key is not the plain key)."""
     r = await conn.execute(
         text(
-            "SELECT user_id, username, display_name, password_hash FROM users WHERE username = :u"
+            "SELECT user_id, username, display_name, password_hash FROM users "
+            "WHERE username = :u OR username_key = :k ORDER BY (username = :u) DESC LIMIT 1"
         ),
-        {"u": username},
+        {"u": username, "k": username_key},
     )
     row = r.first()
     return UserRow(*row) if row else None
+
+
+async def lock_user(conn: AsyncConnection, user_id: int) -> str | None:
+    """Lock the user's row until the transaction ends, so the session changes of one user
+    (a login on a device, a password change) happen one after the other; NO KEY UPDATE
+    does not block inserts that reference the user. Returns the current password hash
+    (None: no such user), for the caller to see whether it changed meanwhile."""
+    r = await conn.execute(
+        text("SELECT password_hash FROM users WHERE user_id = :u FOR NO KEY UPDATE"),
+        {"u": user_id},
+    )
+    row = r.first()
+    return str(row[0]) if row else None
+
+
+async def set_password_hash(conn: AsyncConnection, user_id: int, password_hash: str) -> None:
+    await conn.execute(
+        text("UPDATE users SET password_hash = :p WHERE user_id = :u"),
+        {"p": password_hash, "u": user_id},
+    )
 
 
 async def user_by_id(conn: AsyncConnection, user_id: int) -> UserRow | None:
@@ -71,30 +102,128 @@ async def usernames(conn: AsyncConnection, user_ids: list[int]) -> dict[int, str
     return {int(a): str(b) for a, b in r}
 
 
+@dataclass(slots=True)
+class SessionRow:
+    token_hash: bytes
+    user_id: int
+    device_id: str
+    created_at: int
+    last_used_at: int
+
+
+_SESSION_COLS = "token_hash, user_id, device_id, created_at, last_used_at"
+
+
+def _session(row: Any) -> SessionRow:
+    return SessionRow(bytes(row[0]), int(row[1]), str(row[2]), int(row[3]), int(row[4]))
+
+
 async def create_session(
-    conn: AsyncConnection, token_hash: bytes, user_id: int, device_id: str
+    conn: AsyncConnection, token_hash: bytes, user_id: int, device_id: str, now: int
 ) -> None:
     await conn.execute(
         text(
-            "INSERT INTO sessions (token_hash, user_id, device_id, created_at) VALUES (:h, :u, :d, :t)"
+            "INSERT INTO sessions (token_hash, user_id, device_id, created_at, last_used_at) "
+            "VALUES (:h, :u, :d, :t, :t)"
         ),
-        {"h": token_hash, "u": user_id, "d": device_id, "t": now_ms()},
+        {"h": token_hash, "u": user_id, "d": device_id, "t": now},
     )
 
 
-async def session_by_hash(conn: AsyncConnection, token_hash: bytes) -> tuple[int, str] | None:
+async def live_session(
+    conn: AsyncConnection, token_hash: bytes, idle_cutoff: int
+) -> SessionRow | None:
+    """The session of a token that is neither revoked nor unused since ``idle_cutoff``."""
     r = await conn.execute(
         text(
-            "SELECT user_id, device_id FROM sessions WHERE token_hash = :h AND revoked_at IS NULL"
+            f"SELECT {_SESSION_COLS} FROM sessions "
+            "WHERE token_hash = :h AND revoked_at IS NULL AND last_used_at >= :c"
         ),
-        {"h": token_hash},
+        {"h": token_hash, "c": idle_cutoff},
     )
     row = r.first()
-    return (int(row[0]), str(row[1])) if row else None
+    return _session(row) if row else None
 
 
-async def revoke_session(conn: AsyncConnection, token_hash: bytes) -> None:
+async def touch_session(conn: AsyncConnection, token_hash: bytes, now: int) -> None:
     await conn.execute(
-        text("UPDATE sessions SET revoked_at = :t WHERE token_hash = :h AND revoked_at IS NULL"),
-        {"h": token_hash, "t": now_ms()},
+        text(
+            "UPDATE sessions SET last_used_at = :t "
+            "WHERE token_hash = :h AND revoked_at IS NULL AND last_used_at < :t"
+        ),
+        {"h": token_hash, "t": now},
     )
+
+
+async def live_of(
+    conn: AsyncConnection, token_hashes: list[bytes], idle_cutoff: int, now: int, touch_before: int
+) -> set[bytes]:
+    """Which of the tokens are live; in the same statement, mark those last used before
+    ``touch_before`` as used ``now`` (their sockets are open, so they are in use)."""
+    r = await conn.execute(
+        text(
+            "WITH live AS ("
+            "  SELECT token_hash, last_used_at FROM sessions"
+            "  WHERE token_hash = ANY(:hs) AND revoked_at IS NULL AND last_used_at >= :c"
+            "), touched AS ("
+            "  UPDATE sessions s SET last_used_at = :t FROM live"
+            "  WHERE s.token_hash = live.token_hash AND live.last_used_at < :b"
+            "  RETURNING s.token_hash"
+            ") SELECT token_hash FROM live"
+        ),
+        {"hs": token_hashes, "c": idle_cutoff, "t": now, "b": touch_before},
+    )
+    return {bytes(h) for h in r.scalars()}
+
+
+async def live_sessions(conn: AsyncConnection, user_id: int, idle_cutoff: int) -> list[SessionRow]:
+    r = await conn.execute(
+        text(
+            f"SELECT {_SESSION_COLS} FROM sessions "
+            "WHERE user_id = :u AND revoked_at IS NULL AND last_used_at >= :c "
+            "ORDER BY created_at, device_id"
+        ),
+        {"u": user_id, "c": idle_cutoff},
+    )
+    return [_session(row) for row in r]
+
+
+async def revoke_session(conn: AsyncConnection, token_hash: bytes, now: int) -> bool:
+    """Revoke one token; False if it was not live."""
+    r = await conn.execute(
+        text(
+            "UPDATE sessions SET revoked_at = :t WHERE token_hash = :h AND revoked_at IS NULL "
+            "RETURNING token_hash"
+        ),
+        {"h": token_hash, "t": now},
+    )
+    return r.first() is not None
+
+
+async def revoke_device(
+    conn: AsyncConnection, user_id: int, device_id: str, now: int
+) -> list[SessionRow]:
+    """Revoke the device's session (an idle one too); the rows revoked."""
+    r = await conn.execute(
+        text(
+            "UPDATE sessions SET revoked_at = :t "
+            "WHERE user_id = :u AND device_id = :d AND revoked_at IS NULL "
+            f"RETURNING {_SESSION_COLS}"
+        ),
+        {"u": user_id, "d": device_id, "t": now},
+    )
+    return [_session(row) for row in r]
+
+
+async def revoke_user_sessions(
+    conn: AsyncConnection, user_id: int, now: int, keep: bytes | None = None
+) -> list[bytes]:
+    """Revoke every session of the user but ``keep``; the token hashes revoked."""
+    r = await conn.execute(
+        text(
+            "UPDATE sessions SET revoked_at = :t WHERE user_id = :u AND revoked_at IS NULL "
+            "AND token_hash IS DISTINCT FROM :k RETURNING token_hash"
+        ),
+        {"u": user_id, "t": now, "k": keep},
+    )
+    return [bytes(h) for h in r.scalars()]

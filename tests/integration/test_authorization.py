@@ -246,6 +246,29 @@ async def nothing_visible(w: World, name: str) -> None:
     assert not leaked, f"{name} sees conversations it is not in: {sorted(leaked)}"
 
 
+async def a_sessions_intact(w: World) -> None:
+    """A's token works and A's device still has its live session."""
+    assert (await w.A.me())["user_id"] == w.uid("A")
+    devices = [r["device_id"] for r in await w.A.sessions()]
+    assert w.A.device_id in devices, f"A's session is gone: {devices}"
+
+
+async def only_own_sessions(w: World, actor: str, rows: Any) -> None:
+    """The list is the actor's own: its own device, none of A's."""
+    client = w.users["Z" if actor == "other" else actor]
+    devices = [r["device_id"] for r in rows]
+    assert devices == [client.device_id], f"{actor} sees sessions {devices}"
+    assert rows[0]["current"] is True, rows
+
+
+async def a_public_profile(w: World, res: Any) -> None:
+    assert res == {
+        "user_id": w.uid("A"),
+        "username": w.A.username,
+        "display_name": w.A.username,
+    }, f"look-up answered {res}"
+
+
 # -- WebSocket helpers -----------------------------------------------------------------------
 
 
@@ -752,6 +775,27 @@ def _cases() -> list[Case]:
     cs += own_lists_cells("Z")
     cs += ws_cells("Z", ["ab", "g"])
     cs += [Case("Z", "windows and cursors after Z's WS read/delivered", check(a_state_intact), _ok)]
+    cs += [
+        Case(
+            "Z",
+            "GET /v1/sessions lists its own only",
+            lambda w: w.Z.sessions(),
+            lambda w, rows: only_own_sessions(w, "Z", rows),
+        ),
+        Case(
+            "Z",
+            "DELETE /v1/sessions/{A's device}",
+            lambda w: w.Z.revoke_session(w.A.device_id or ""),
+            NOT_FOUND,
+            a_sessions_intact,
+        ),
+        Case(
+            "Z",
+            "GET /v1/users/lookup A: the public profile only",
+            lambda w: w.Z.lookup_user(w.A.username or ""),
+            a_public_profile,
+        ),
+    ]
 
     # ---------------- K: kicked member ----------------
     cs += [
@@ -1045,6 +1089,34 @@ def _cases() -> list[Case]:
     cs += [
         Case(
             "other",
+            "GET /v1/sessions lists Z's, not A's",
+            lambda w: w.users["other"].sessions(),
+            lambda w, rows: only_own_sessions(w, "other", rows),
+        ),
+        Case(
+            "other",
+            "DELETE /v1/sessions/{A's device}",
+            lambda w: w.users["other"].revoke_session(w.A.device_id or ""),
+            NOT_FOUND,
+            a_sessions_intact,
+        ),
+        Case(
+            "other",
+            "PUT /v1/me/password changes Z's, not A's",
+            lambda w: w.users["other"].change_password(PASSWORD, PASSWORD),
+            _ok,
+            a_sessions_intact,
+        ),
+        Case(
+            "other",
+            "GET /v1/users/lookup A: the public profile only",
+            lambda w: w.users["other"].lookup_user(w.A.username or ""),
+            a_public_profile,
+        ),
+    ]
+    cs += [
+        Case(
+            "other",
             "WS send s:A:B with sender_id=A",
             lambda w: ws_send("other", "ab", sender_id=w.uid("A"), user_id=w.uid("A"))(w),
             ack_refused("not_member"),
@@ -1169,6 +1241,29 @@ def _cases() -> list[Case]:
         ("GET conversations", "GET", lambda w: "/v1/conversations", None, None),
         ("GET friends", "GET", lambda w: "/v1/friends", None, None),
         ("DELETE sessions/current", "DELETE", lambda w: "/v1/sessions/current", None, None),
+        ("GET sessions", "GET", lambda w: "/v1/sessions", None, None),
+        (
+            "DELETE sessions/{A's device}",
+            "DELETE",
+            lambda w: f"/v1/sessions/{w.A.device_id}",
+            None,
+            None,
+        ),
+        ("DELETE sessions (everywhere)", "DELETE", lambda w: "/v1/sessions", None, None),
+        (
+            "PUT me/password",
+            "PUT",
+            lambda w: "/v1/me/password",
+            {"old_password": PASSWORD, "new_password": "taken-over-1"},
+            None,
+        ),
+        (
+            "GET users/lookup A",
+            "GET",
+            lambda w: "/v1/users/lookup",
+            None,
+            {"username": "alice"},
+        ),
     ]
     thens: dict[str, Callable[[World], Awaitable[None]]] = {
         "POST send s:A:B": unchanged_in("ab"),
@@ -1181,6 +1276,8 @@ def _cases() -> list[Case]:
         assert (await w.A.me())["user_id"] == w.uid("A")
 
     thens["DELETE sessions/current"] = a_token_alive
+    for what in ("DELETE sessions/{A's device}", "DELETE sessions (everywhere)", "PUT me/password"):
+        thens[what] = a_sessions_intact
     for what, method, path, body, params in rest:
         cs.append(
             Case(
@@ -1198,6 +1295,11 @@ def _cases() -> list[Case]:
                 "POST send s:A:B",
                 "GET sync",
                 "DELETE sessions/current",
+                "GET sessions",
+                "DELETE sessions/{A's device}",
+                "DELETE sessions (everywhere)",
+                "PUT me/password",
+                "GET users/lookup A",
             ):
                 cs.append(
                     Case(

@@ -815,6 +815,16 @@ CONV_SEGMENTS = st.one_of(
     st.sampled_from(BAD_CONV_IDS).filter(bool),
     _text(nul=True, max_size=30).filter(bool),
 )
+# device ids in a path; never "current" (DELETE /v1/sessions/current would revoke the
+# token every example uses), nor what a client would resolve as a dot segment
+DEVICE_SEGMENTS = st.one_of(
+    st.sampled_from(
+        ["phone", "d" * 64, "d" * 65, "d" * 5000, "%00", "%ED%A0%80", "%FF", "a%20b", "%2F"]
+    ),
+    _text(nul=True, max_size=30)
+    .filter(lambda s: s not in ("", ".", "..", "current"))
+    .map(lambda s: quote(s, safe="")),
+)
 QUERY_VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.sampled_from(
@@ -855,6 +865,7 @@ BODY_FIELDS: dict[str, list[str]] = {
     "role": ["role"],
     "send": ["client_msg_id", "content_type", "content"],
     "read": ["seq"],
+    "password": ["old_password", "new_password"],
     "none": [],
 }
 
@@ -882,6 +893,11 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("GET", "/v1/conversations/{conv}/messages/{id}/receipts", "none", ()),
     ("GET", "/v1/unread", "none", ("x", "since")),
     ("GET", "/v1/sync", "none", ("since", "wait", "limit", "recent")),
+    ("GET", "/v1/sessions", "none", ()),
+    # not DELETE /v1/sessions: it would revoke the token every example uses
+    ("DELETE", "/v1/sessions/{dev}", "none", ()),
+    ("PUT", "/v1/me/password", "password", ()),
+    ("GET", "/v1/users/lookup", "none", ("username",)),
 ]
 
 RAW_BODIES = [
@@ -916,7 +932,12 @@ RAW_BODIES = [
 def rest_requests(draw: st.DrawFn) -> dict[str, Any]:
     method, template, kind, qkeys = draw(st.sampled_from(ENDPOINTS))
     path = template
-    for key, seg in (("{conv}", CONV_SEGMENTS), ("{id2}", ID_SEGMENTS), ("{id}", ID_SEGMENTS)):
+    for key, seg in (
+        ("{conv}", CONV_SEGMENTS),
+        ("{id2}", ID_SEGMENTS),
+        ("{id}", ID_SEGMENTS),
+        ("{dev}", DEVICE_SEGMENTS),
+    ):
         if key in path:
             path = path.replace(
                 key, draw(seg) if key != "{conv}" else "@C@" + str(draw(seg)) + "@C@"
@@ -1120,6 +1141,50 @@ def _rest_cases() -> list[tuple[str, str, bytes | None, dict[str, str] | None, s
         ),
         ("POST", "/v1/groups", b'{"name": "g", "member_ids": [NaN]}', None, {400, 422}),
     ]
+    # the session, password and look-up endpoints
+    bad_devices = [
+        "d" * 65,
+        "d" * 10_000,
+        "nul%00x",
+        "%ED%A0%80",
+        "%FF%FE",
+        "sp%20ace",
+        "%E2%80%AE",
+    ]
+    cases += [
+        ("DELETE", f"/v1/sessions/{d}", None, None, {400, 404, 414, 422}) for d in bad_devices
+    ]
+    pw = PASSWORD.encode()
+    for body in (
+        b'{"old_password": "x\u0000y", "new_password": "new-password-1"}',
+        b'{"old_password": "\ud800", "new_password": "new-password-1"}',
+        b'{"old_password": "' + pw + b'", "new_password": "\udfff\ud800xxxxxxxx"}',
+        b'{"old_password": "' + pw + b'", "new_password": "x\u0000xxxxxxxxx"}',
+        b'{"old_password": "' + pw + b'", "new_password": "' + b"p" * 100_000 + b'"}',
+        b'{"old_password": "' + pw + b'", "new_password": 123456789}',
+        b'{"old_password": "' + pw + b'", "new_password": ["new-password-1"]}',
+        b'{"old_password": "' + pw + b'", "new_password": null}',
+        b'{"old_password": {"a": 1}, "new_password": "new-password-1"}',
+        b'{"old_password": 12345678, "new_password": "new-password-1"}',
+        b'{"new_password": "new-password-1"}',
+        b"[]",
+        b"",
+    ):
+        cases.append(("PUT", "/v1/me/password", body, None, {400, 422}))
+    cases.append(
+        (
+            "PUT",
+            "/v1/me/password",
+            b'{"old_password": "' + b"p" * 100_000 + b'", "new_password": "new-password-1"}',
+            None,
+            {400, 401, 422},
+        )
+    )
+    for q in ("x" * 10_000, "a\x00b", "has space", "", "ab", "rtl\u202e"):
+        cases.append(("GET", "/v1/users/lookup", None, {"username": q}, {400, 414, 422}))
+    for raw in ("%ED%A0%80xx", "%FF%FExx", "a%00b"):  # a surrogate, not UTF-8, NUL
+        cases.append(("GET", "/v1/users/lookup?username=" + raw, None, None, {400, 422}))
+    cases.append(("GET", "/v1/users/lookup", None, None, {400, 422}))
     return cases
 
 

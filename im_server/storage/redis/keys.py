@@ -47,3 +47,14 @@ def user_channel(user_id: int) -> str:
 
 def persister_lease(partition: int) -> str:
     return f"im:plk:{{p{partition}}}"
+
+
+def login_fails_user(digest: str) -> str:
+    """Failed logins of one username (``digest``: a hash of its key, so no username is
+    spelled out in Redis and every key has the same short length)."""
+    return f"im:lf:u:{digest}"
+
+
+def login_fails_addr(addr: str) -> str:
+    """Failed logins from one client address (an IPv6 client: its /64)."""
+    return f"im:lf:a:{addr}"

@@ -69,6 +69,8 @@ class RedisStore:
         self._extend = self.client.register_script((_SCRIPTS / "extend_seq.lua").read_text())
         self._load_perm = self.client.register_script((_SCRIPTS / "load_perm.lua").read_text())
         self._lease = self.client.register_script((_SCRIPTS / "lease.lua").read_text())
+        self._take = self.client.register_script((_SCRIPTS / "attempt_take.lua").read_text())
+        self._give = self.client.register_script((_SCRIPTS / "attempt_give.lua").read_text())
 
     async def _on_connect(self, conn: Connection) -> None:
         await conn.on_connect()
@@ -255,6 +257,27 @@ class RedisStore:
         for p in range(partitions):
             pipe.xlen(keys.stream(p))
         return sum(int(x) for x in await pipe.execute())
+
+    # ---- attempt counters (failed logins) ---------------------------------------------------
+
+    async def take_attempts(self, limits: list[tuple[str, int]], window_s: int) -> list[bool]:
+        """Count one attempt on each ``(key, limit)`` counter, atomically per counter
+        (``attempt_take.lua``); per counter, True when counted, False when its limit was
+        already reached (nothing counted there). One round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key, limit in limits:
+            await self._take(keys=[key], args=[limit, window_s], client=pipe)
+        return [bool(x) for x in await pipe.execute()]
+
+    async def settle_attempts(self, give: list[str], clear: list[str]) -> None:
+        """Give an attempt back on the ``give`` counters (``attempt_give.lua``) and drop
+        the ``clear`` counters. One round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in give:
+            await self._give(keys=[key], args=[], client=pipe)
+        if clear:
+            pipe.delete(*clear)
+        await pipe.execute()
 
     # ---- nodes and pub/sub ----------------------------------------------------------------
 
