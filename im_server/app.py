@@ -184,4 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def app_factory() -> Any:
     """For ``uvicorn --factory im_server.app:app_factory``."""
-    return ws.with_websocket(create_app())
+    from im_server.transport.guard import HttpGuard
+
+    api = create_app()
+    return ws.with_websocket(HttpGuard(api, api.state.settings.max_body_bytes))
