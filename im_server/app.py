@@ -27,6 +27,7 @@ from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
 from im_server.health import Health
+from im_server.metrics_access import MetricsListener
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import Buckets
@@ -101,10 +102,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if persister:
             await persister.start()
         ctx.extra["persister"] = persister
+        metrics_listener = MetricsListener.for_settings(settings)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
             yield
         finally:
+            if metrics_listener:
+                metrics_listener.stop()
             hub_conns = hub.all()
             for c in hub_conns:
                 c.close(CLOSE_RESTART, "server restarting")
