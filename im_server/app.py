@@ -28,6 +28,7 @@ from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
+from im_server.metrics_access import MetricsListener
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import Buckets
@@ -105,10 +106,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if persister:
             await persister.start()
         ctx.extra["persister"] = persister
+        metrics_listener = MetricsListener.for_settings(settings)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
             yield
         finally:
+            if metrics_listener:
+                metrics_listener.stop()
             hub_conns = hub.all()
             for c in hub_conns:
                 c.close(CLOSE_RESTART, "server restarting")
@@ -189,4 +193,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def app_factory() -> Any:
     """For ``uvicorn --factory im_server.app:app_factory``."""
-    return ws.with_websocket(create_app())
+    from im_server.transport.guard import HttpGuard
+
+    api = create_app()
+    return ws.with_websocket(HttpGuard(api, api.state.settings.max_body_bytes))

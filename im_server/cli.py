@@ -90,6 +90,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from im_server.app import create_app
         from im_server.gateway.ws import with_websocket
+        from im_server.transport.guard import HttpGuard
+        from im_server.transport.protocol import http_protocol
 
         where = f"http://{settings.host}:{settings.port}"
         print(
@@ -97,12 +99,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
+        # store URLs may hold passwords: the log handler masks them
+        log.info("PostgreSQL %s, Redis %s", settings.database_url, settings.redis_url)
         config = uvicorn.Config(
-            with_websocket(create_app(settings)),
+            with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
             host=settings.host,
             port=settings.port,
             loop="uvloop",
-            http="httptools",
+            http=http_protocol(settings),
+            proxy_headers=True,
+            forwarded_allow_ips=settings.forwarded_allow_ips,
             ws="websockets-sansio",
             ws_max_size=settings.max_frame_bytes,
             ws_ping_interval=20,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
 
 from im_server.api.deps import Ctx
+from im_server.metrics_access import UNAUTHORIZED, bearer_ok
 
 router = APIRouter(tags=["operations"])
 
@@ -24,6 +26,24 @@ async def readyz(ctx: Ctx, response: Response) -> dict[str, object]:
     return {"status": "ready" if ok else "unavailable", **checks}
 
 
-@router.get("/metrics", summary="Prometheus metrics")
-async def metrics() -> Response:
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    description="With IM_METRICS_TOKEN set, only for `Authorization: Bearer <metrics token>`; "
+    "with IM_METRICS_LISTEN set, served on that address instead (404 here).",
+)
+async def metrics(ctx: Ctx, request: Request) -> Response:
+    settings = ctx.settings
+    if settings.metrics_listen:
+        raise HTTPException(404, "Not Found")
+    token = settings.metrics_token
+    if token is not None and not bearer_ok(
+        request.headers.get("authorization"), token.get_secret_value()
+    ):
+        return Response(
+            UNAUTHORIZED,
+            status_code=401,
+            media_type="application/json",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

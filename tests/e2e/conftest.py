@@ -65,22 +65,48 @@ def shots() -> Path:
 NewPage = Callable[..., Awaitable[Any]]
 
 
+# reports every Content-Security-Policy violation on the console, where the listener
+# below sees it (Chromium logs most violations there itself, but not all of them)
+CSP_REPORTER = """document.addEventListener('securitypolicyviolation', (e) => {
+  console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || 'inline'}`);
+});"""
+
+
+# what Chromium logs for requests made while a test has switched the network off
+OFFLINE = "net::ERR_INTERNET_DISCONNECTED"
+
+
+def watch(page: Any, name: str, problems: list[str]) -> None:
+    """Record JavaScript errors and console errors and warnings (CSP violations among
+    them) of ``page`` in ``problems``; requests refused because the test switched the
+    network off are expected."""
+
+    def on_console(message: Any) -> None:
+        if message.type in ("error", "warning") and OFFLINE not in message.text:
+            problems.append(f"{name}: console {message.type}: {message.text}")
+
+    page.on("pageerror", lambda e: problems.append(f"{name}: {e}"))
+    page.on("console", on_console)
+
+
 @pytest.fixture
 async def new_page(browser: Any) -> AsyncIterator[NewPage]:
     """``await new_page("alice")``: a page in its own browser context (own storage, own
-    network switch). JavaScript errors on any page fail the test at teardown."""
+    network switch). JavaScript errors, console errors and warnings, and CSP violations
+    on any page fail the test at teardown."""
     contexts: list[Any] = []
-    errors: list[str] = []
+    problems: list[str] = []
 
     async def make(name: str, *, width: int = 1280, height: int = 800) -> Any:
         ctx = await browser.new_context(viewport={"width": width, "height": height})
         ctx.set_default_timeout(15_000)
+        await ctx.add_init_script(CSP_REPORTER)
         contexts.append(ctx)
         page = await ctx.new_page()
-        page.on("pageerror", lambda e: errors.append(f"{name}: {e}"))
+        watch(page, name, problems)
         return page
 
     yield make
     for ctx in contexts:
         await ctx.close()
-    assert not errors, "JavaScript errors in the web client:\n" + "\n".join(errors)
+    assert not problems, "errors in the web client:\n" + "\n".join(problems)

@@ -1,0 +1,97 @@
+"""No secret in the server's log, at DEBUG, in text and in JSON: a server whose database
+URL carries a password serves registrations, logins (a wrong password among them),
+WebSockets opened with ``?token=`` (and a bearer header), frames, REST sends, a bad token
+on REST and on the WebSocket; then its whole log (stdout and stderr) is searched for every
+token and password used. The search first proves it looks in the right place: the lines
+that would hold them are there, masked."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from im_server.client import ApiError, Client
+from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user, send_ok
+
+
+def _log(srv: ServerProcess) -> str:
+    assert srv.log_path is not None
+    return Path(srv.log_path).read_text(errors="replace")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+async def test_no_secret_in_the_log(stores: Stores, fmt: str) -> None:
+    db_password = f"db-pw-{uuid.uuid4().hex[:8]}"
+    # the embedded PostgreSQL trusts local connections: the password is carried, unused
+    db_url = stores.pg.url.replace("://postgres@", f"://postgres:{db_password}@")
+    assert db_password in db_url
+    wrong_password = f"wrong-pw-{uuid.uuid4().hex[:8]}"
+    bad_rest_token = f"bad-rest-{uuid.uuid4().hex}"
+    bad_ws_token = f"bad-ws-{uuid.uuid4().hex}"
+    secrets = [PASSWORD, db_password, wrong_password, bad_rest_token, bad_ws_token]
+
+    srv = ServerProcess(
+        env={
+            **stores.env(),
+            "IM_DATABASE_URL": db_url,
+            "IM_LOG_LEVEL": "DEBUG",
+            "IM_LOG_FORMAT": fmt,
+        }
+    ).start()
+    clients: list[Client] = []
+    try:
+        url = srv.url
+        alice, bob = await new_user(url, "logalice"), await new_user(url, "logbob")
+        assert alice.username is not None
+        second = await Client.login(url, alice.username, PASSWORD)
+        clients += [alice, bob, second]
+        secrets += [c.token or "" for c in clients]
+        conv = await befriend(alice, bob)
+
+        a_ws = await alice.connect(additional_headers={"Authorization": f"Bearer {alice.token}"})
+        b_ws = await bob.connect()
+        ack = await a_ws.send(conv, "over the socket")
+        assert ack["ok"] is True, ack
+        await b_ws.next_event("message")
+        await a_ws.ping()
+        await send_ok(bob, conv, "over REST")
+        await second.logout()
+
+        with pytest.raises(ApiError) as refused:
+            await Client.login(url, alice.username, wrong_password)
+        assert refused.value.status == 401
+        async with httpx.AsyncClient(timeout=10) as http:
+            r = await http.get(
+                url + "/v1/me", headers={"Authorization": f"Bearer {bad_rest_token}"}
+            )
+        assert r.status_code == 401
+        stranger = Client(url, token=bad_ws_token)
+        clients.append(stranger)
+        bad_ws = await stranger.connect()
+        assert await bad_ws.wait_closed() == 4401
+
+        async def logged() -> bool:
+            return _log(srv).count("WebSocket /v1/ws?token=***") >= 3
+
+        await eventually(logged, timeout=10)
+    finally:
+        for c in clients:
+            await c.aclose()
+        srv.terminate()
+
+    text = _log(srv)
+    # the lines that would carry the secrets are there, masked
+    assert text.count("WebSocket /v1/ws?token=***") >= 3  # uvicorn, INFO, one per socket
+    assert "Bearer ***" in text  # the WebSocket library's DEBUG dump of the handshake
+    assert f"postgres:***@127.0.0.1:{stores.pg.port}" in text  # the store URLs at start-up
+    for secret in secrets:
+        assert secret and secret not in text, f"{secret!r} is in the log"
+    if fmt == "json":
+        lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+        assert len(lines) > 20
+        for line in lines:
+            orjson.loads(line)

@@ -1,0 +1,106 @@
+"""``logs.redact`` and the two formatters: secrets never reach the log text."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from im_server import logs
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '127.0.0.1:5 - "WebSocket /v1/ws?token=Ab-9_x.Z~" [accepted]',
+            '127.0.0.1:5 - "WebSocket /v1/ws?token=***" [accepted]',
+        ),
+        ("/v1/ws?x=1&token=abc&y=2", "/v1/ws?x=1&token=***&y=2"),
+        ("GET /v1/ws?access_token=abc HTTP/1.1", "GET /v1/ws?access_token=*** HTTP/1.1"),
+        ("< Authorization: Bearer abc.def", "< Authorization: Bearer ***"),
+        ("authorization: Basic dXNlcjpwdw==", "authorization: Basic ***"),
+        ("(b'authorization', b'Bearer zzz')", "(b'authorization', b'Bearer ***')"),
+        ("sent BEARER QQQ", "sent BEARER ***"),
+        (
+            "postgresql+asyncpg://im:s3cr@t@db.internal:5432/im",
+            "postgresql+asyncpg://im:***@db.internal:5432/im",
+        ),
+        ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
+        ('{"username": "a", "password": "hunter2"}', '{"username": "a", "password": "***"}'),
+        ("{'password': 'x\\'y', 'n': 1}", "{'password': '***', 'n': 1}"),
+        ("connect(password='pw', host='h')", "connect(password='***', host='h')"),
+        ("host=db password=pw user=im", "host=db password=*** user=im"),
+        ('"metrics_token": "m"', '"metrics_token": "***"'),
+        ("$argon2id$v=19$m=1024,t=1,p=1$c2FsdA$aGFzaA", "$argon2id$***"),
+        # nothing to hide
+        ("http://127.0.0.1:8000/v1/ws", "http://127.0.0.1:8000/v1/ws"),
+        ("token_hash=abc refreshed", "token_hash=abc refreshed"),
+        ("12:00:01 INFO uvicorn.error: Started", "12:00:01 INFO uvicorn.error: Started"),
+        ('"password": ""', '"password": ""'),
+        # a lower-case form of another length (positions do not map back)
+        ("İstanbul token=abc", "İstanbul token=***"),
+    ],
+)
+def test_redact(text: str, expected: str) -> None:
+    assert logs.redact(text) == expected
+
+
+def test_redact_stays_linear_on_long_words() -> None:
+    """A 100 KB query string (an oversize request logged at DEBUG) is no trap."""
+    for text in (
+        "GET /v1/ws?token=" + "a" * 100_000,
+        "x://u:" + "a" * 100_000,
+        "token: '" + "\\" * 50_000 + "x" * 50_000,
+        "token: '" * 20_000,
+    ):
+        started = time.perf_counter()
+        logs.redact(text)
+        assert time.perf_counter() - started < 0.5
+
+
+@pytest.fixture
+def captured() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    stream = io.StringIO()
+    logger = logging.getLogger("test.redaction")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    yield logger, stream
+    logger.handlers.clear()
+    logger.propagate = True
+
+
+def _fail_with_secret() -> None:
+    raise RuntimeError("cannot connect to postgresql://im:hunter2@db/im")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_formatters_redact_messages_and_tracebacks(
+    captured: tuple[logging.Logger, io.StringIO], fmt: str
+) -> None:
+    logger, stream = captured
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        logs.JsonFormatter() if fmt == "json" else logs.TextFormatter("%(levelname)s %(message)s")
+    )
+    logger.addHandler(handler)
+    logger.info('%s - "WebSocket %s" [accepted]', "127.0.0.1:1", "/v1/ws?token=tok-1")
+    logger.debug("headers %r", [(b"authorization", b"Bearer tok-2")])
+    try:
+        _fail_with_secret()
+    except RuntimeError:
+        logger.exception("store down (%s)", {"password": "pw-3"})
+    text = stream.getvalue()
+    for secret in ("tok-1", "tok-2", "hunter2", "pw-3"):
+        assert secret not in text, text
+    assert "token=***" in text and "Bearer ***" in text
+    assert "postgresql://im:***@db/im" in text
+    assert "Traceback" in text
+    if fmt == "json":
+        lines = [orjson.loads(line) for line in text.splitlines()]
+        assert len(lines) == 3
+        assert "RuntimeError" in lines[2]["exc"]
