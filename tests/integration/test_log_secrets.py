@@ -25,14 +25,15 @@ def _log(srv: ServerProcess) -> str:
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 async def test_no_secret_in_the_log(stores: Stores, fmt: str) -> None:
-    db_password = f"db-pw-{uuid.uuid4().hex[:8]}"
-    # the embedded PostgreSQL trusts local connections: the password is carried, unused
-    db_url = stores.pg.url.replace("://postgres@", f"://postgres:{db_password}@")
-    assert db_password in db_url
+    # the embedded PostgreSQL asks for its password: the URL carries it, and it is used
+    db_password = stores.pg.password
+    db_url = stores.pg.url
+    assert db_password and f":{db_password}@" in db_url
     wrong_password = f"wrong-pw-{uuid.uuid4().hex[:8]}"
     bad_rest_token = f"bad-rest-{uuid.uuid4().hex}"
     bad_ws_token = f"bad-ws-{uuid.uuid4().hex}"
-    secrets = [PASSWORD, db_password, wrong_password, bad_rest_token, bad_ws_token]
+    secrets = [PASSWORD, db_password, stores.redis.password, wrong_password]
+    secrets += [bad_rest_token, bad_ws_token]
 
     srv = ServerProcess(
         env={

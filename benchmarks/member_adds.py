@@ -1,0 +1,170 @@
+"""Member adds must not stall the server: a storm of concurrent "add these N users" calls
+to a big group (all of them members already, as a client retrying or a script re-running
+would send), while another user reads and writes, against a real ``im-server serve``.
+
+    .venv/bin/python -m benchmarks.member_adds [--members 3000] [--storm 60] [--probes 40] [--json]
+
+It starts its own PostgreSQL, Redis and server in a temp folder and stops them at the end.
+
+Measured, in one run:
+* baseline: the latency of another user's probes with no storm: a read
+  (``GET /v1/conversations``) and a write that takes the sync-version lock every writer
+  waits for (``POST /v1/conversations/{conv}/clear``);
+* the same probes while ``--storm`` clients each add the group's ``--members`` users
+  again and again; the ratio of the two p99s is what the storm costs everyone else;
+* the storm's own calls per second and their latency;
+* one call adding ``--members`` new users at once (the set-based statement), wall time.
+
+Setup (not measured): users and their sessions are inserted with SQL (as in the read-storm
+benchmark), the group is created through the REST API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from typing import Any
+
+import asyncpg
+import httpx
+
+from benchmarks.common import report, run_with_server
+from benchmarks.read_storm import make_users, pct
+from tests.support import ServerProcess, Stores
+
+
+async def _probe_loop(
+    http: httpx.AsyncClient, token: str, conv: str, n: int
+) -> dict[str, list[float]]:
+    """``n`` reads and ``n`` version-lock writes, one after the other."""
+    headers = {"Authorization": f"Bearer {token}"}
+    out: dict[str, list[float]] = {"read": [], "write": [], "errors": []}
+    for _ in range(n):
+        for kind, method, path in (
+            ("read", "GET", "/v1/conversations"),
+            ("write", "POST", f"/v1/conversations/{conv}/clear"),
+        ):
+            t0 = time.perf_counter()
+            r = await http.request(method, path, headers=headers)
+            out[kind].append(time.perf_counter() - t0)
+            if r.status_code >= 400:
+                out["errors"].append(float(r.status_code))
+    return out
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {"p50_ms": round(pct(ms, 50), 1), "p99_ms": round(pct(ms, 99), 1)}
+
+
+async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace) -> dict[str, Any]:
+    pg = await asyncpg.connect(stores.pg.url.replace("postgresql+asyncpg", "postgresql"))
+    run = uuid.uuid4().hex[:8]
+    users = await make_users(pg, args.members * 2 + 2, run)
+    (owner, owner_tok), (other, other_tok) = users[0], users[1]
+    members = [u for u, _ in users[2 : 2 + args.members]]
+    fresh = [u for u, _ in users[2 + args.members :]]
+    limits = httpx.Limits(max_connections=args.storm + 8)
+    async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as http:
+        own = {"Authorization": f"Bearer {owner_tok}"}
+        r = await http.post("/v1/groups", json={"name": "big", "member_ids": members}, headers=own)
+        r.raise_for_status()
+        gid = r.json()["group_id"]
+        r = await http.post("/v1/friends/requests", json={"to_user_id": other}, headers=own)
+        r.raise_for_status()
+        rid = r.json()["request_id"]
+        r = await http.post(
+            f"/v1/friends/requests/{rid}/accept",
+            headers={"Authorization": f"Bearer {other_tok}"},
+        )
+        conv = r.json()["conv_id"]
+
+        await _probe_loop(http, other_tok, conv, 3)  # warm the token cache and the pools
+        baseline = await _probe_loop(http, other_tok, conv, args.probes)
+
+        stop = asyncio.Event()
+        storm_lat: list[float] = []
+        storm_errors: dict[int, int] = {}
+
+        async def storm_client() -> None:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                resp = await http.post(
+                    f"/v1/groups/{gid}/members", json={"user_ids": members}, headers=own
+                )
+                storm_lat.append(time.perf_counter() - t0)
+                if resp.status_code != 200:
+                    storm_errors[resp.status_code] = storm_errors.get(resp.status_code, 0) + 1
+
+        tasks = [asyncio.create_task(storm_client()) for _ in range(args.storm)]
+        await asyncio.sleep(0.5)
+        t0 = time.perf_counter()
+        during = await _probe_loop(http, other_tok, conv, args.probes)
+        storm_wall = time.perf_counter() - t0
+        stop.set()
+        await asyncio.gather(*tasks)
+
+        t0 = time.perf_counter()
+        r = await http.post(f"/v1/groups/{gid}/members", json={"user_ids": fresh}, headers=own)
+        one_add_s = time.perf_counter() - t0
+        r.raise_for_status()
+        assert len(r.json()["added"]) == len(fresh)
+    await pg.close()
+
+    def ratio(kind: str) -> float:
+        b = pct(baseline[kind], 99)
+        return round(pct(during[kind], 99) / b, 2) if b else float("nan")
+
+    return {
+        "members": args.members,
+        "storm_clients": args.storm,
+        "baseline": {k: _summary(baseline[k]) for k in ("read", "write")},
+        "during_storm": {k: _summary(during[k]) for k in ("read", "write")},
+        "p99_ratio": {"read": ratio("read"), "write": ratio("write")},
+        "probe_errors": len(baseline["errors"]) + len(during["errors"]),
+        "storm_calls_per_s": round(len(storm_lat) / max(storm_wall, 1e-9), 1),
+        "storm_call": _summary(storm_lat),
+        "storm_errors": storm_errors,
+        f"one_add_of_{len(fresh)}_new_s": round(one_add_s, 3),
+    }
+
+
+def print_table(res: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"member-add storm: {res['storm_clients']} clients x {res['members']} users")
+    for col in ("probe", "baseline p50/p99 ms", "during storm p50/p99 ms", "p99 ratio"):
+        t.add_column(col)
+    for kind in ("read", "write"):
+        b, d = res["baseline"][kind], res["during_storm"][kind]
+        t.add_row(
+            kind,
+            f"{b['p50_ms']} / {b['p99_ms']}",
+            f"{d['p50_ms']} / {d['p99_ms']}",
+            str(res["p99_ratio"][kind]),
+        )
+    Console().print(t)
+    rest = {k: v for k, v in res.items() if k not in ("baseline", "during_storm", "p99_ratio")}
+    Console().print(rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.member_adds", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument("--members", type=int, default=3000, help="users in the group")
+    ap.add_argument("--storm", type=int, default=60, help="concurrent re-adding clients")
+    ap.add_argument("--probes", type=int, default=40, help="reads and writes per phase")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    res = run_with_server("im-member-adds-", lambda st, srv: bench(st, srv, args))
+    report(res, args.json, print_table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
