@@ -1,19 +1,23 @@
-"""Member adds must not stall the server: a storm of concurrent "add these N users" calls
-to a big group (all of them members already, as a client retrying or a script re-running
-would send), while another user reads and writes, against a real ``im-server serve``.
+"""Member adds must not stall the server: concurrent "add these N users" calls to a big
+group (all of them members already, as a client retrying or a script re-running would
+send), while another user reads and writes, against a real ``im-server serve``.
 
     .venv/bin/python -m benchmarks.member_adds [--members 3000] [--storm 60] [--probes 40] [--json]
 
 It starts its own PostgreSQL, Redis and server in a temp folder and stops them at the end.
 
 Measured, in one run:
-* baseline: the latency of another user's probes with no storm: a read
+* baseline: the latency of another user's probes with no adds: a read
   (``GET /v1/conversations``) and a write that takes the sync-version lock every writer
   waits for (``POST /v1/conversations/{conv}/clear``);
-* the same probes while ``--storm`` clients each add the group's ``--members`` users
-  again and again; the ratio of the two p99s is what the storm costs everyone else;
-* the storm's own calls per second and their latency;
+* burst: ``--storm`` adds sent at once (each naming the ``--members`` users), with the
+  probes running until the last add answers: the wall time of the burst and the probes'
+  latency during it;
+* flood: ``--storm`` clients re-adding in a closed loop with the per-user rate limit off
+  (the worst case: the server's CPU is the limit), the probes' latency during it, and the
+  adds per second;
 * one call adding ``--members`` new users at once (the set-based statement), wall time.
+The p99 ratios to the baseline are what the adds cost everyone else.
 
 Setup (not measured): users and their sessions are inserted with SQL (as in the read-storm
 benchmark), the group is created through the REST API.
@@ -64,7 +68,7 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
     pg = await asyncpg.connect(stores.pg.url.replace("postgresql+asyncpg", "postgresql"))
     run = uuid.uuid4().hex[:8]
     users = await make_users(pg, args.members * 2 + 2, run)
-    (owner, owner_tok), (other, other_tok) = users[0], users[1]
+    (_, owner_tok), (other, other_tok) = users[0], users[1]
     members = [u for u, _ in users[2 : 2 + args.members]]
     fresh = [u for u, _ in users[2 + args.members :]]
     limits = httpx.Limits(max_connections=args.storm + 8)
@@ -85,17 +89,34 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
         await _probe_loop(http, other_tok, conv, 3)  # warm the token cache and the pools
         baseline = await _probe_loop(http, other_tok, conv, args.probes)
 
+        add_path = f"/v1/groups/{gid}/members"
+        add_body = {"user_ids": members}
+
+        # burst: all at once, probes until the last one answers
+        t0 = time.perf_counter()
+        burst_tasks = [
+            asyncio.create_task(http.post(add_path, json=add_body, headers=own))
+            for _ in range(args.storm)
+        ]
+        burst_probe: dict[str, list[float]] = {"read": [], "write": [], "errors": []}
+        while not all(t.done() for t in burst_tasks):
+            one = await _probe_loop(http, other_tok, conv, 1)
+            for k in burst_probe:
+                burst_probe[k] += one[k]
+        burst_answers = await asyncio.gather(*burst_tasks)
+        burst_wall = time.perf_counter() - t0
+        burst_errors = sum(1 for a in burst_answers if a.status_code != 200)
+
+        # flood: a closed loop per client
         stop = asyncio.Event()
         storm_lat: list[float] = []
         storm_errors: dict[int, int] = {}
 
         async def storm_client() -> None:
             while not stop.is_set():
-                t0 = time.perf_counter()
-                resp = await http.post(
-                    f"/v1/groups/{gid}/members", json={"user_ids": members}, headers=own
-                )
-                storm_lat.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                resp = await http.post(add_path, json=add_body, headers=own)
+                storm_lat.append(time.perf_counter() - t1)
                 if resp.status_code != 200:
                     storm_errors[resp.status_code] = storm_errors.get(resp.status_code, 0) + 1
 
@@ -114,20 +135,26 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
         assert len(r.json()["added"]) == len(fresh)
     await pg.close()
 
-    def ratio(kind: str) -> float:
+    def ratio(phase: dict[str, list[float]], kind: str) -> float:
         b = pct(baseline[kind], 99)
-        return round(pct(during[kind], 99) / b, 2) if b else float("nan")
+        return round(pct(phase[kind], 99) / b, 1) if b else float("nan")
 
     return {
         "members": args.members,
         "storm_clients": args.storm,
-        "baseline": {k: _summary(baseline[k]) for k in ("read", "write")},
-        "during_storm": {k: _summary(during[k]) for k in ("read", "write")},
-        "p99_ratio": {"read": ratio("read"), "write": ratio("write")},
-        "probe_errors": len(baseline["errors"]) + len(during["errors"]),
-        "storm_calls_per_s": round(len(storm_lat) / max(storm_wall, 1e-9), 1),
-        "storm_call": _summary(storm_lat),
-        "storm_errors": storm_errors,
+        "phases": {
+            name: {
+                **{k: _summary(ph[k]) for k in ("read", "write")},
+                "p99_ratio": {k: ratio(ph, k) for k in ("read", "write")},
+                "probe_errors": len(ph["errors"]),
+            }
+            for name, ph in (("baseline", baseline), ("burst", burst_probe), ("flood", during))
+        },
+        "burst_wall_s": round(burst_wall, 3),
+        "burst_add_errors": burst_errors,
+        "flood_adds_per_s": round(len(storm_lat) / max(storm_wall, 1e-9), 1),
+        "flood_add": _summary(storm_lat),
+        "flood_add_errors": storm_errors,
         f"one_add_of_{len(fresh)}_new_s": round(one_add_s, 3),
     }
 
@@ -136,20 +163,18 @@ def print_table(res: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"member-add storm: {res['storm_clients']} clients x {res['members']} users")
-    for col in ("probe", "baseline p50/p99 ms", "during storm p50/p99 ms", "p99 ratio"):
+    t = Table(title=f"member adds: {res['storm_clients']} clients x {res['members']} users")
+    for col in ("phase", "read p50/p99 ms", "write p50/p99 ms", "p99 ratio read/write"):
         t.add_column(col)
-    for kind in ("read", "write"):
-        b, d = res["baseline"][kind], res["during_storm"][kind]
+    for name, ph in res["phases"].items():
         t.add_row(
-            kind,
-            f"{b['p50_ms']} / {b['p99_ms']}",
-            f"{d['p50_ms']} / {d['p99_ms']}",
-            str(res["p99_ratio"][kind]),
+            name,
+            f"{ph['read']['p50_ms']} / {ph['read']['p99_ms']}",
+            f"{ph['write']['p50_ms']} / {ph['write']['p99_ms']}",
+            f"{ph['p99_ratio']['read']} / {ph['p99_ratio']['write']}",
         )
     Console().print(t)
-    rest = {k: v for k, v in res.items() if k not in ("baseline", "during_storm", "p99_ratio")}
-    Console().print(rest)
+    Console().print({k: v for k, v in res.items() if k != "phases"})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,7 +111,7 @@ async def do_add_members(
     ref = parse_conv_id(group_conv_id(group_id))
     async with ctx.db.connect() as conn:
         await _require_admin(conn, ref.conv_id, actor, group_id)
-        todo = sorted(set(ids) - await conversations.active_among(conn, ref.conv_id, ids))
+        todo = await conversations.not_active_among(conn, ref.conv_id, ids)
         if todo:
             await _check_addable(conn, actor, todo)
     if not todo:

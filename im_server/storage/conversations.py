@@ -147,16 +147,20 @@ async def join_members(
     return sorted(joined), sorted(rejoined)
 
 
-async def active_among(conn: AsyncConnection, conv_id: str, user_ids: list[int]) -> set[int]:
-    """Which of ``user_ids`` are active members (one statement, any number of ids)."""
+async def not_active_among(
+    conn: AsyncConnection, conv_id: str, user_ids: list[int]
+) -> list[int]:
+    """Which of ``user_ids`` are not active members, ascending (one statement, any number
+    of ids; a call naming only members returns no rows)."""
     r = await conn.execute(
         text(
-            "SELECT user_id FROM conv_members WHERE conv_id = :c "
-            "AND user_id = ANY(CAST(:us AS bigint[])) AND max_seq IS NULL"
+            "SELECT u FROM unnest(CAST(:us AS bigint[])) AS x(u) WHERE NOT EXISTS ("
+            "SELECT 1 FROM conv_members m WHERE m.conv_id = :c AND m.user_id = x.u "
+            "AND m.max_seq IS NULL) ORDER BY u"
         ),
         {"c": conv_id, "us": user_ids},
     )
-    return {int(x) for x in r.scalars()}
+    return [int(x) for x in r.scalars()]
 
 
 async def member(conn: AsyncConnection, conv_id: str, user_id: int) -> MemberRow | None:
