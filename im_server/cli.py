@@ -99,8 +99,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
-        # store URLs may hold passwords: the log handler masks them
-        log.info("PostgreSQL %s, Redis %s", settings.database_url, settings.redis_url)
+        # store URLs may hold passwords: masked before they reach the logging system
+        log.info(
+            "PostgreSQL %s, Redis %s",
+            logs.redact(settings.database_url or ""),
+            logs.redact(settings.redis_url or ""),
+        )
         config = uvicorn.Config(
             with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
             host=settings.host,
