@@ -15,10 +15,12 @@ export class Api {
     this.onUnauthorized = null; // called when a request with a token answers 401
   }
 
-  async request(method, path, body, { signal } = {}) {
+  // keepSession: a 401 answers the request itself (a wrong password), not a dead token
+  async request(method, path, body, { signal, keepSession = false } = {}) {
     const headers = {};
+    const token = this.token;
     if (body !== undefined) headers['Content-Type'] = 'application/json';
-    if (this.token) headers['Authorization'] = `Bearer ${this.token}`;
+    if (token) headers['Authorization'] = `Bearer ${token}`;
     let res;
     try {
       res = await fetch(this.base + path, {
@@ -40,7 +42,8 @@ export class Api {
     if (!res.ok) {
       const err = (data && data.error) || {};
       const e = new ApiError(res.status, err.code || (data && data.detail) || 'error', err.message || `HTTP ${res.status}`);
-      if (res.status === 401 && this.token && this.onUnauthorized) this.onUnauthorized(e);
+      const live = token && token === this.token; // a late answer of an ended session is no news
+      if (res.status === 401 && live && !keepSession && this.onUnauthorized) this.onUnauthorized(e);
       throw e;
     }
     return data;
@@ -60,6 +63,13 @@ export class Api {
   }
   logout() { return this.del('/v1/sessions/current'); }
   me() { return this.get('/v1/me'); }
+  sessions() { return this.get('/v1/sessions'); }
+  revokeSession(deviceId) { return this.del(`/v1/sessions/${encodeURIComponent(deviceId)}`); }
+  logoutEverywhere() { return this.del('/v1/sessions'); }
+  changePassword(oldPassword, newPassword) {
+    const body = { old_password: oldPassword, new_password: newPassword };
+    return this.request('PUT', '/v1/me/password', body, { keepSession: true });
+  }
   user(userId) { return this.get(`/v1/users/${userId}`); }
 
   // contacts

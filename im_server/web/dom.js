@@ -55,6 +55,29 @@ export function fmtListTime(ms) {
   return d.toLocaleDateString([], { day: 'numeric', month: 'short' });
 }
 
+/** Local date and time, with the year when it is not this one. */
+export function fmtDateTime(ms) {
+  const d = new Date(ms);
+  const opts = { day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit' };
+  if (d.getFullYear() !== new Date().getFullYear()) opts.year = 'numeric';
+  return d.toLocaleString([], opts);
+}
+
+/** "just now", "5 min ago", "3 h ago", then the local date and time. */
+export function fmtAgo(ms) {
+  const s = (Date.now() - ms) / 1000;
+  if (s < 60) return 'just now';
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return `on ${fmtDateTime(ms)}`;
+}
+
+/** A <time> element: the text given, the full local time on hover. */
+export function timeEl(ms, text) {
+  const d = new Date(ms);
+  return h('time', { datetime: d.toISOString(), title: d.toLocaleString() }, text);
+}
+
 export function initials(name) {
   const parts = String(name || '?').replace(/[^\p{L}\p{N} ]/gu, ' ').trim().split(/\s+/);
   const s = parts.length > 1 ? parts[0][0] + parts[1][0] : (parts[0] || '?').slice(0, 2);

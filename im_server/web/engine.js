@@ -81,6 +81,7 @@ export class Engine {
     clearInterval(this.typingTimer);
     if (this.pollAbort) this.pollAbort.abort();
     for (const t of this.ackTimers.values()) clearTimeout(t);
+    for (const t of this.pullTimers.values()) clearTimeout(t); // no request after the end
   }
 
   // ---- connection ----------------------------------------------------------------

@@ -9,9 +9,12 @@ import { $ } from './dom.js';
 import { ListView } from './ui-list.js';
 import { ChatView } from './ui-chat.js';
 import { Dialogs } from './ui-dialogs.js';
+import { SessionsDialog } from './ui-sessions.js';
 
 const SESSION_KEY = 'im.session';
 const DEVICE_KEY = 'im.device';
+// revoked from another device, by a password change, or expired
+const LOGGED_OUT = 'You were logged out. Please log in again.';
 
 const api = new Api('');
 const store = new Store();
@@ -41,6 +44,7 @@ function showAuth(message = '') {
   $('#banner').hidden = true;
   $('#auth').hidden = false;
   $('#auth-error').textContent = message;
+  $('#auth-password').value = ''; // a remote log-out leaves no password behind
   $('#auth-username').focus();
 }
 
@@ -89,7 +93,7 @@ async function startSession(token, cached) {
     const fresh = await api.me();
     me = { user_id: fresh.user_id, username: fresh.username };
   } catch (e) {
-    if (e.status === 401) { endSession('Your session has ended. Please log in again.'); return; }
+    if (e.status === 401) { endSession(LOGGED_OUT); return; }
     if (!me) throw e; // offline at boot: run on the cached identity
   }
   store.reset();
@@ -97,8 +101,8 @@ async function startSession(token, cached) {
   const wsBase = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}`;
   socket = new Socket(() => `${wsBase}/v1/ws?token=${encodeURIComponent(api.token)}`);
   engine = new Engine(api, store, socket);
-  socket.addEventListener('unauthorized', () => endSession('Your session has ended. Please log in again.'));
-  api.onUnauthorized = () => endSession('Your session has ended. Please log in again.');
+  socket.addEventListener('unauthorized', () => endSession(LOGGED_OUT));
+  api.onUnauthorized = () => endSession(LOGGED_OUT);
   if (!views) views = makeViews();
   $('#auth').hidden = true;
   $('#main').hidden = false;
@@ -116,14 +120,20 @@ function endSession(message) {
   api.onUnauthorized = null;
   localStorage.removeItem(SESSION_KEY);
   store.reset();
-  if (views) { views.chat.convId = null; }
+  if (views) { views.chat.convId = null; views.dialogs.panelOpen = false; }
+  for (const d of document.querySelectorAll('dialog[open]')) d.close();
   showAuth(message);
+}
+
+// logging out reloads the page: a clean slate
+function leave() {
+  endSession('');
+  location.reload();
 }
 
 async function logout() {
   try { await api.logout(); } catch { /* offline: forget the token anyway */ }
-  endSession('');
-  location.reload();
+  leave();
 }
 
 // ---- views ----------------------------------------------------------------------
@@ -152,6 +162,7 @@ function makeViews() {
   const v = {};
   v.list = new ListView(store, current, { onOpen: openConv, toast });
   v.dialogs = new Dialogs(store, current, { onOpen: openConv, toast });
+  v.sessions = new SessionsDialog(store, api, { onLoggedOut: leave });
   v.chat = new ChatView(store, current, {
     onClose: () => { views.dialogs.panelOpen = false; engine.open(null); },
     onGroupInfo: () => views.dialogs.toggleGroupPanel(),

@@ -5,10 +5,12 @@ the tests: `scripts/test` installs Chromium and the test extras install Playwrig
 from __future__ import annotations
 
 import os
+import re
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -74,15 +76,30 @@ CSP_REPORTER = """document.addEventListener('securitypolicyviolation', (e) => {
 
 # what Chromium logs for requests made while a test has switched the network off
 OFFLINE = "net::ERR_INTERNET_DISCONNECTED"
+# what Chromium logs for every answer with an error status, whatever the page does with it
+FAILED_LOAD = re.compile(r"Failed to load resource: the server responded with a status of (\d+)")
+
+# (status, path prefix): answers a test provokes on purpose, e.g. (401, "/v1/me/password")
+HttpErrors = Collection[tuple[int, str]]
 
 
-def watch(page: Any, name: str, problems: list[str]) -> None:
+def _provoked(message: Any, http_errors: HttpErrors) -> bool:
+    m = FAILED_LOAD.match(message.text)
+    if not m or not http_errors:
+        return False
+    path = urlsplit((message.location or {}).get("url", "")).path
+    return any(int(m[1]) == st and path.startswith(prefix) for st, prefix in http_errors)
+
+
+def watch(page: Any, name: str, problems: list[str], http_errors: HttpErrors = ()) -> None:
     """Record JavaScript errors and console errors and warnings (CSP violations among
     them) of ``page`` in ``problems``; requests refused because the test switched the
-    network off are expected."""
+    network off are expected, and so are the error answers listed in ``http_errors``."""
 
     def on_console(message: Any) -> None:
-        if message.type in ("error", "warning") and OFFLINE not in message.text:
+        if message.type not in ("error", "warning") or OFFLINE in message.text:
+            return
+        if not _provoked(message, http_errors):
             problems.append(f"{name}: console {message.type}: {message.text}")
 
     page.on("pageerror", lambda e: problems.append(f"{name}: {e}"))
@@ -93,17 +110,20 @@ def watch(page: Any, name: str, problems: list[str]) -> None:
 async def new_page(browser: Any) -> AsyncIterator[NewPage]:
     """``await new_page("alice")``: a page in its own browser context (own storage, own
     network switch). JavaScript errors, console errors and warnings, and CSP violations
-    on any page fail the test at teardown."""
+    on any page fail the test at teardown. ``http_errors`` lists the (status, path
+    prefix) answers the test provokes on that page (Chromium logs each as an error)."""
     contexts: list[Any] = []
     problems: list[str] = []
 
-    async def make(name: str, *, width: int = 1280, height: int = 800) -> Any:
+    async def make(
+        name: str, *, width: int = 1280, height: int = 800, http_errors: HttpErrors = ()
+    ) -> Any:
         ctx = await browser.new_context(viewport={"width": width, "height": height})
         ctx.set_default_timeout(15_000)
         await ctx.add_init_script(CSP_REPORTER)
         contexts.append(ctx)
         page = await ctx.new_page()
-        watch(page, name, problems)
+        watch(page, name, problems, http_errors)
         return page
 
     yield make

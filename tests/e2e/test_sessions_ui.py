@@ -1,0 +1,239 @@
+"""Devices & security in the web client, in a real browser against a real ``im-server
+serve``: one person logged in on two devices (two browser contexts) sees both sessions,
+logs the other device out, changes the password, logs out everywhere; the device whose
+session ends returns to the login screen with a message and stays there.
+
+Screenshots of each step go to ``test-artifacts/screenshots/``."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.async_api import expect  # in the test extras
+
+from tests.support import PASSWORD
+
+pytestmark = pytest.mark.timeout(120)
+expect.set_options(timeout=10_000)
+
+LOGGED_OUT = "You were logged out"
+NEW_PASSWORD = "a brand new passphrase"
+# A device whose session ends under it may have a request in flight, answered 401 (the
+# client handles it like the socket's close 4401), and at boot its stored token is
+# checked with GET /v1/me: Chromium logs each such answer as a console error.
+REVOKED = [(401, "/v1/")]
+
+
+def uname(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+async def shot(page: Any, shots: Path, name: str) -> None:
+    await page.screenshot(path=str(shots / f"{name}.png"))
+
+
+async def create_user(url: str) -> str:
+    username = uname("dana")
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        r = await http.post("/v1/users", json={"username": username, "password": PASSWORD})
+        r.raise_for_status()
+    return username
+
+
+async def log_in(page: Any, username: str, password: str = PASSWORD) -> None:
+    """On the login screen: log in and wait for the chat screen, connected."""
+    await expect(page.get_by_test_id("auth-screen")).to_be_visible()
+    await page.get_by_test_id("auth-username").fill(username)
+    await page.get_by_test_id("auth-password").fill(password)
+    await page.get_by_test_id("login-btn").click()
+    await expect(page.get_by_test_id("my-id")).to_have_text(re.compile(r"my id: \d+"))
+    await expect(page.get_by_test_id("offline-banner")).to_be_hidden()
+
+
+async def device(page: Any) -> str:
+    return await page.evaluate("localStorage.getItem('im.device')")
+
+
+async def open_panel(page: Any) -> Any:
+    await page.get_by_role("button", name="Devices & security").click()
+    dialog = page.get_by_test_id("sessions-dialog")
+    await expect(dialog).to_be_visible()
+    await expect(page.get_by_test_id("session").first).to_be_visible()  # loaded
+    return dialog
+
+
+def session_row(page: Any, device_id: str) -> Any:
+    return page.locator(f'[data-testid="session"][data-device-id="{device_id}"]')
+
+
+async def expect_logged_out(page: Any) -> None:
+    await expect(page.get_by_test_id("auth-screen")).to_be_visible()
+    await expect(page.get_by_test_id("auth-error")).to_contain_text(LOGGED_OUT)
+    await expect(page.get_by_test_id("auth-password")).to_have_value("")
+    assert await page.evaluate("localStorage.getItem('im.session')") is None
+
+
+async def test_devices_panel_logs_out_another_device(
+    server: Any, new_page: Any, shots: Path
+) -> None:
+    url = server.url
+    name = await create_user(url)
+    laptop = await new_page("laptop")
+    phone = await new_page("phone", http_errors=REVOKED)
+    for page in (laptop, phone):
+        await page.goto(url + "/")
+        await log_in(page, name)
+    laptop_id, phone_id = await device(laptop), await device(phone)
+    assert laptop_id != phone_id
+
+    # -- both sessions, this device first and marked -----------------------------------
+    await open_panel(laptop)
+    rows = laptop.get_by_test_id("session")
+    await expect(rows).to_have_count(2)
+    await expect(rows.first).to_have_attribute("data-device-id", laptop_id)
+    mine, other = session_row(laptop, laptop_id), session_row(laptop, phone_id)
+    await expect(mine).to_have_attribute("data-current", "true")
+    await expect(mine.get_by_test_id("this-device")).to_have_text("this device")
+    await expect(mine.get_by_test_id("session-times")).to_contain_text("Active now")
+    await expect(mine.get_by_test_id("session-logout")).to_have_count(0)
+    await expect(other).to_have_attribute("data-current", "false")
+    await expect(other.get_by_test_id("this-device")).to_have_count(0)
+    await expect(other.get_by_test_id("session-device")).to_have_text(phone_id)
+    await expect(other.get_by_test_id("session-times")).to_contain_text(
+        re.compile(r"Last active just now · logged in .+")
+    )
+    await shot(laptop, shots, "20-devices-panel")
+
+    # -- log the phone out: it returns to the login screen and stays there -------------
+    sockets: list[str] = []
+    calls: list[str] = []
+    phone.on("websocket", lambda ws: sockets.append(ws.url))
+    phone.on("request", lambda r: calls.append(r.url) if "/v1/" in r.url else None)
+    await other.get_by_role("button", name=f"Log out {phone_id}").click()
+    await expect(rows).to_have_count(1)
+    await expect(phone.get_by_test_id("auth-screen")).to_be_visible()
+    await expect_logged_out(phone)
+    await shot(phone, shots, "21-phone-logged-out")
+    await expect(laptop.get_by_test_id("offline-banner")).to_be_hidden()  # still in
+    seen = (len(sockets), len(calls))
+    await phone.wait_for_timeout(1500)  # the first reconnect would come within 300 ms
+    assert (len(sockets), len(calls)) == seen, (sockets, calls)
+
+    # -- it logs in again on the same page ----------------------------------------------
+    await log_in(phone, name)
+    await laptop.get_by_test_id("sessions-dialog").get_by_role("button", name="Close").click()
+    await open_panel(laptop)
+    await expect(rows).to_have_count(2)
+
+    # -- revoked while the page is closed: the stored token is refused at the next start -
+    await phone.goto("about:blank")
+    await session_row(laptop, phone_id).get_by_test_id("session-logout").click()
+    await expect(rows).to_have_count(1)
+    await phone.goto(url + "/")
+    await expect_logged_out(phone)
+
+
+async def test_change_password_logs_out_the_other_device(
+    server: Any, new_page: Any, shots: Path
+) -> None:
+    url = server.url
+    name = await create_user(url)
+    # a wrong current password is answered 401, the throttle 429 (simulated below)
+    laptop = await new_page(
+        "laptop", http_errors=[(401, "/v1/me/password"), (429, "/v1/me/password")]
+    )
+    phone = await new_page("phone", http_errors=REVOKED)
+    for page in (laptop, phone):
+        await page.goto(url + "/")
+        await log_in(page, name)
+    await open_panel(laptop)
+    await expect(laptop.get_by_test_id("session")).to_have_count(2)
+    old, new, confirm = (laptop.get_by_test_id(f"pw-{k}") for k in ("old", "new", "confirm"))
+    submit = laptop.get_by_test_id("password-submit")
+    error, ok = laptop.get_by_test_id("password-error"), laptop.get_by_test_id("password-ok")
+
+    async def change(current: str, new_password: str, again: str) -> None:
+        await old.fill(current)
+        await new.fill(new_password)
+        await confirm.fill(again)
+        await submit.click()
+
+    # -- checked in the page first: nothing is sent -------------------------------------
+    sent: list[str] = []
+    laptop.on("request", lambda r: sent.append(r.method) if "/v1/me/password" in r.url else None)
+    await change(PASSWORD, "short", "short")
+    await expect(error).to_have_text("The new password needs at least 8 characters.")
+    await change(PASSWORD, NEW_PASSWORD, NEW_PASSWORD + "!")
+    await expect(error).to_have_text("The new passwords do not match.")
+    assert sent == []
+
+    # -- a wrong current password: said in the form, and this device stays logged in ---
+    await change("not my password", NEW_PASSWORD, NEW_PASSWORD)
+    await expect(error).to_have_text("Your current password is wrong.")
+    await expect(ok).to_be_hidden()
+    await expect(laptop.get_by_test_id("sessions-dialog")).to_be_visible()
+    await expect(laptop.get_by_test_id("auth-screen")).to_be_hidden()
+    await shot(laptop, shots, "22-password-wrong")
+
+    # -- too many attempts (the test server's throttle is set out of reach: simulated) --
+    async def throttled(route: Any) -> None:
+        body = {"error": {"code": "rate_limited", "message": "too many failed logins"}}
+        await route.fulfill(status=429, json=body)
+
+    await laptop.route("**/v1/me/password", throttled)
+    await change("not my password", NEW_PASSWORD, NEW_PASSWORD)
+    await expect(error).to_have_text("Too many wrong passwords. Wait a few minutes and try again.")
+    await laptop.unroute("**/v1/me/password", throttled)
+    assert sent == ["PUT", "PUT"]
+
+    # -- the right one: done, and the phone is logged out -------------------------------
+    await change(PASSWORD, NEW_PASSWORD, NEW_PASSWORD)
+    await expect(ok).to_have_text("Password changed. Your other devices were logged out.")
+    await expect(error).to_have_text("")
+    await expect(old).to_have_value("")
+    await expect(laptop.get_by_test_id("session")).to_have_count(1)
+    await expect_logged_out(phone)
+    await shot(laptop, shots, "23-password-changed")
+    await shot(phone, shots, "24-phone-after-password-change")
+
+    # this device kept its session; the phone gets in with the new password
+    await expect(laptop.get_by_test_id("offline-banner")).to_be_hidden()
+    await laptop.reload()
+    await expect(laptop.get_by_test_id("my-id")).to_be_visible()
+    await log_in(phone, name, NEW_PASSWORD)
+
+
+async def test_log_out_everywhere(server: Any, new_page: Any, shots: Path) -> None:
+    url = server.url
+    name = await create_user(url)
+    laptop = await new_page("laptop", http_errors=REVOKED)  # its own session ends too
+    phone = await new_page("phone", http_errors=REVOKED)
+    for page in (laptop, phone):
+        await page.goto(url + "/")
+        await log_in(page, name)
+    await open_panel(laptop)
+    await expect(laptop.get_by_test_id("session")).to_have_count(2)
+
+    asked: list[str] = []
+
+    async def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    laptop.once("dialog", accept)
+    async with laptop.expect_navigation():  # logging out reloads the page: a clean slate
+        await laptop.get_by_test_id("logout-everywhere-btn").click()
+    assert asked == ["Log out on every device, this one included?"]
+    await expect(laptop.get_by_test_id("auth-screen")).to_be_visible()
+    assert await laptop.evaluate("localStorage.getItem('im.session')") is None
+    await expect_logged_out(phone)
+    await shot(laptop, shots, "25-logged-out-everywhere")
+
+    # both tokens are dead: reloading the phone keeps it on the login screen
+    await phone.reload()
+    await expect(phone.get_by_test_id("auth-screen")).to_be_visible()
