@@ -147,9 +147,7 @@ async def join_members(
     return sorted(joined), sorted(rejoined)
 
 
-async def not_active_among(
-    conn: AsyncConnection, conv_id: str, user_ids: list[int]
-) -> list[int]:
+async def not_active_among(conn: AsyncConnection, conv_id: str, user_ids: list[int]) -> list[int]:
     """Which of ``user_ids`` are not active members, ascending (one statement, any number
     of ids; a call naming only members returns no rows)."""
     r = await conn.execute(
