@@ -102,8 +102,10 @@ def test_no_secret_in_the_files_and_every_store_asks_for_one() -> None:
     for var in ("POSTGRES_PASSWORD", "REDIS_PASSWORD"):
         assert re.search(rf"^{var}=$", example, re.M), var
     assert ".env" in (ROOT / ".gitignore").read_text().split()
-    # only the proxy is reachable from outside
+    # only the proxy is reachable from outside, so the gateways may believe its
+    # X-Forwarded-For (login throttling by client address)
     assert [n for n, s in services.items() if s.get("ports")] == ["proxy"]
+    assert env["IM_FORWARDED_ALLOW_IPS"] == "*"
 
 
 def test_image_runs_as_a_user_and_proxies_log_no_query_strings() -> None:
