@@ -120,3 +120,7 @@ def test_image_runs_as_a_user_and_proxies_log_no_query_strings() -> None:
             for var in ("$request ", '$request"', "$request_uri", "$args", "$query_string"):
                 assert var not in fmt, (conf, var)
         assert "access_log" in text and "client_max_body_size 1m;" in text, conf
+        # the gateways believe X-Forwarded-For: an edge proxy must not pass on a value
+        # the client made up
+        assert "$proxy_add_x_forwarded_for" not in text, conf
+        assert "proxy_set_header X-Forwarded-For $remote_addr;" in text, conf
