@@ -21,7 +21,7 @@ and the benchmark waits until the persister has written every one (history ``max
 before any timing.
 
 Measured, ``--runs`` times from the same state (version V), median reported:
-* sync + pull (the recipe, ``im_server.client_sync.SyncState``):
+* sync + pull (the recipe, ``im_server.client.SyncState``):
   ``GET /v1/sync?since=<last>&recent=100&limit=100`` while ``has_more``, then the seq
   ranges the device still lacks with history (asc, ``limit=500``), duplicates dropped
   by ``(conv_id, seq)``;
