@@ -50,8 +50,10 @@ from typing import Any
 import httpx
 
 from benchmarks.common import report, run_with_server
+from im_server.bench.cluster import ServerProcess
 from im_server.client import Client, Connection, SyncState
-from tests.support import PASSWORD, ServerProcess, befriend
+
+PASSWORD = "bench-password-1234"
 
 # --------------------------------------------------------------------------- counting
 
@@ -210,13 +212,14 @@ async def bench(args: argparse.Namespace, server: ServerProcess) -> dict[str, An
             await Client.register(url, f"cu{run}s{i}", PASSWORD, http=setup_http)
             for i in range(args.senders)
         ]
+        rcv_id = int(rcv.user_id or 0)
         n_single = min(args.senders, args.convs)
         convs: list[tuple[Client, str]] = []
         for s in senders[:n_single]:
-            convs.append((s, await befriend(s, rcv)))
+            convs.append((s, await rcv.accept_friend(await s.request_friend(rcv_id))))
         for i in range(args.convs - n_single):
             s = senders[i % len(senders)]
-            g = await s.create_group(f"bench {i}", [int(rcv.user_id or 0)])
+            g = await s.create_group(f"bench {i}", [rcv_id])
             convs.append((s, g["conv_id"]))
 
         # one message per conversation before the device goes offline: conversations

@@ -37,7 +37,7 @@ import httpx
 
 from benchmarks.common import report, run_with_server
 from benchmarks.read_storm import make_users, pct
-from tests.support import ServerProcess, Stores
+from im_server.bench.cluster import ServerProcess, Stores
 
 
 async def _probe_loop(

@@ -52,8 +52,8 @@ import orjson
 import psutil
 
 from benchmarks.common import report, run_with_server
+from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
 from im_server.client import Client, Connection
-from tests.support import ServerProcess, Stores
 
 # --------------------------------------------------------------------------- helpers
 
@@ -64,10 +64,6 @@ def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
     return s[k]
-
-
-def pg_dsn(stores: Stores) -> str:
-    return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
 async def read_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:

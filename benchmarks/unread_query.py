@@ -44,10 +44,10 @@ import orjson
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from im_server.bench.cluster import Stores
 from im_server.config import Settings
 from im_server.storage import conversations as conv_store
 from im_server.storage.db import create_engine
-from tests.support import Stores
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPLAIN_DOC = ROOT / "docs" / "unread-query-explain.md"
