@@ -2,7 +2,7 @@
 conversations; how long does it take to hold all of them again? Against a real
 ``im-server serve``, compared in the same run with the naive way.
 
-    /tmp/venv0/bin/python -m benchmarks.catch_up [--convs 100] [--messages 10000] [--json]
+    ./scripts/bench catch_up [--convs 100] [--messages 10000] [--json]
 
 It starts its own PostgreSQL and Redis (embedded, in a temp folder) and a server child
 process, and stops them all at the end, also on error or Ctrl-C.
@@ -393,7 +393,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.catch_up", description=__doc__.split("\n\n")[0]
+        prog="./scripts/bench catch_up", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--convs", type=int, default=100, help="conversations of the receiver")
     ap.add_argument("--messages", type=int, default=10_000, help="messages sent while offline")

@@ -69,7 +69,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(
-        prog="scripts/bench chaos",
+        prog="./scripts/bench chaos",
         description=f"{__doc__}\n{chaos.__doc__}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
