@@ -94,8 +94,8 @@ class Connection:
         self._pongs: deque[asyncio.Future[JsonObject]] = deque()
         self._callbacks: list[EventCallback] = [on_event] if on_event else []
         self._cb_tasks: set[asyncio.Future[None]] = set()
+        # the task that receives every frame (see _dispatch); done once the socket closes
         self.reader = asyncio.create_task(self._read_loop(), name="im-client-ws-reader")
-        """The task that receives every frame; done once the socket is closed."""
 
     async def __aenter__(self) -> Connection:
         return self

@@ -49,7 +49,6 @@ class Load:
         self.confirmed: list[tuple[float, int, str, int]] = []  # (t, user, conv, read_seq)
         self.ack_times: list[float] = []
         self.errors: dict[str, int] = {}
-        self.reconnects = 0
         self.retries = 0
         self.stopping = False
         self.hard_stop = False
@@ -130,7 +129,6 @@ class Load:
     def _drop(self, i: int) -> None:
         conn = self._conns.pop(i, None)
         if conn is not None:
-            self.reconnects += 1
             t = asyncio.ensure_future(conn.close())
             t.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
 
