@@ -2,7 +2,7 @@
 conversations; how long does it take to hold all of them again? Against a real
 ``im-server serve``, compared in the same run with the naive way.
 
-    /tmp/venv0/bin/python -m benchmarks.catch_up [--convs 100] [--messages 10000] [--json]
+    ./scripts/bench catch_up [--convs 100] [--messages 10000] [--json]
 
 It starts its own PostgreSQL and Redis (embedded, in a temp folder) and a server child
 process, and stops them all at the end, also on error or Ctrl-C.
@@ -21,7 +21,7 @@ and the benchmark waits until the persister has written every one (history ``max
 before any timing.
 
 Measured, ``--runs`` times from the same state (version V), median reported:
-* sync + pull (the recipe, ``im_server.client_sync.SyncState``):
+* sync + pull (the recipe, ``im_server.client.SyncState``):
   ``GET /v1/sync?since=<last>&recent=100&limit=100`` while ``has_more``, then the seq
   ranges the device still lacks with history (asc, ``limit=500``), duplicates dropped
   by ``(conv_id, seq)``;
@@ -50,8 +50,10 @@ from typing import Any
 import httpx
 
 from benchmarks.common import report, run_with_server
+from im_server.bench.cluster import ServerProcess
 from im_server.client import Client, Connection, SyncState
-from tests.support import PASSWORD, ServerProcess, befriend
+
+PASSWORD = "bench-password-1234"
 
 # --------------------------------------------------------------------------- counting
 
@@ -210,13 +212,14 @@ async def bench(args: argparse.Namespace, server: ServerProcess) -> dict[str, An
             await Client.register(url, f"cu{run}s{i}", PASSWORD, http=setup_http)
             for i in range(args.senders)
         ]
+        rcv_id = int(rcv.user_id or 0)
         n_single = min(args.senders, args.convs)
         convs: list[tuple[Client, str]] = []
         for s in senders[:n_single]:
-            convs.append((s, await befriend(s, rcv)))
+            convs.append((s, await rcv.accept_friend(await s.request_friend(rcv_id))))
         for i in range(args.convs - n_single):
             s = senders[i % len(senders)]
-            g = await s.create_group(f"bench {i}", [int(rcv.user_id or 0)])
+            g = await s.create_group(f"bench {i}", [rcv_id])
             convs.append((s, g["conv_id"]))
 
         # one message per conversation before the device goes offline: conversations
@@ -390,7 +393,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.catch_up", description=__doc__.split("\n\n")[0]
+        prog="./scripts/bench catch_up", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--convs", type=int, default=100, help="conversations of the receiver")
     ap.add_argument("--messages", type=int, default=10_000, help="messages sent while offline")

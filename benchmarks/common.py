@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from tests.support import ServerProcess, Stores
+from im_server.bench.cluster import ServerProcess, Stores
 
 
 def run_with_server(

@@ -2,7 +2,7 @@
 group (all of them members already, as a client retrying or a script re-running would
 send), while another user reads and writes, against a real ``im-server serve``.
 
-    .venv/bin/python -m benchmarks.member_adds [--members 3000] [--storm 60] [--probes 40] [--json]
+    ./scripts/bench member_adds [--members 3000] [--storm 60] [--probes 40] [--json]
 
 It starts its own PostgreSQL, Redis and server in a temp folder and stops them at the end.
 
@@ -37,7 +37,7 @@ import httpx
 
 from benchmarks.common import report, run_with_server
 from benchmarks.read_storm import make_users, pct
-from tests.support import ServerProcess, Stores
+from im_server.bench.cluster import ServerProcess, Stores
 
 
 async def _probe_loop(
@@ -179,7 +179,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.member_adds", description=__doc__.split("\n\n")[0]
+        prog="./scripts/bench member_adds", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--members", type=int, default=3000, help="users in the group")
     ap.add_argument("--storm", type=int, default=60, help="concurrent re-adding clients")

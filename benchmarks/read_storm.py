@@ -3,7 +3,7 @@ about one second, against a real ``im-server serve`` (REST, optionally a share o
 WebSocket), compared in the same run with the naive way (one UPDATE per report, each in
 its own transaction, straight from asyncpg).
 
-    /tmp/venv0/bin/python -m benchmarks.read_storm [--members 2000] [--ws-share 0.1] [--json]
+    ./scripts/bench read_storm [--members 2000] [--ws-share 0.1] [--json]
 
 It starts its own PostgreSQL and Redis (embedded, in a temp folder; fsync ON unless
 ``--no-fsync``, since commits are what is being counted) and a server child process,
@@ -52,8 +52,8 @@ import orjson
 import psutil
 
 from benchmarks.common import report, run_with_server
+from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
 from im_server.client import Client, Connection
-from tests.support import ServerProcess, Stores
 
 # --------------------------------------------------------------------------- helpers
 
@@ -64,10 +64,6 @@ def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
     return s[k]
-
-
-def pg_dsn(stores: Stores) -> str:
-    return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
 async def read_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:
@@ -592,7 +588,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.read_storm", description=__doc__.split("\n\n")[0]
+        prog="./scripts/bench read_storm", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--members", type=int, default=2000, help="group size, owner included")
     ap.add_argument("--messages", type=int, default=5, help="messages sent before the storm")

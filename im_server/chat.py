@@ -14,8 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from im_server.client import ApiError, Client
-from im_server.client_sync import Device
+from im_server.client import ApiError, Client, Device
 
 HELP = """commands:
   /me                      who am I (give your user id to friends)

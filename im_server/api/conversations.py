@@ -12,6 +12,7 @@ from im_server.api.schemas import ReadBody, SendBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
 from im_server.services import conversations, history, read, send
+from im_server.services.recall import do_recall
 
 router = APIRouter(
     prefix="/v1", tags=["conversations"], responses=ERRORS, route_class=StrictJsonRoute
@@ -108,7 +109,7 @@ async def hide(conv_id: str, caller: CurrentUser, ctx: Ctx) -> Response:
     summary="Recall my message (within the recall window): a recall notice, the original blanked",
 )
 async def recall(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    return await history.do_recall(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
+    return await do_recall(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
 
 
 @router.get("/unread", summary="Unread counts of every conversation, from one SQL statement")

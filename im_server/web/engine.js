@@ -1,4 +1,4 @@
-// The catch-up engine: the recipe of docs/protocol.md (and im_server/client_sync.py).
+// The catch-up engine: the recipe of docs/protocol.md (and im_server/client/sync.py).
 // 1. open the WebSocket first; 2. GET /v1/sync from the last version (looping while
 // has_more) and adopt each conversation's state and newest messages; 3. pull the seq
 // ranges the client lacks with history; a pushed message that skips seqs triggers a

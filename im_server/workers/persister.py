@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
-import orjson
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.services import notify
+from im_server.services import notify, recall
 from im_server.storage import messages
 from im_server.storage.messages import NewMessage
 from im_server.storage.redis import keys
@@ -23,23 +23,32 @@ from im_server.storage.redis import keys
 log = logging.getLogger("im_server.persister")
 
 
-def decode(fields: dict[str, str] | list[str]) -> NewMessage:
-    """A stream entry: {q: seq, d: "conv\0sender\0cmid\0type\0content\0time\0..."}
-    (as send_batch.lua writes it); the older one-field-per-value form is read too."""
-    if isinstance(fields, list):  # the raw reply: [name, value, name, value, ...]
+class MalformedEntry(ValueError):
+    """A stream entry that is not one written by ``send_batch.lua``."""
+
+
+def decode(fields: Mapping[str, str] | list[str]) -> NewMessage:
+    """A stream entry as ``send_batch.lua`` writes it, ``{q: seq, d: <fields joined by
+    NUL>}`` (conv_id, sender_id, client_msg_id, content_type, content, server_time, then
+    flags the persister does not need), given as a mapping or as the raw reply ``[name,
+    value, name, value, ...]``. Anything else raises :class:`MalformedEntry`, saying why."""
+    if isinstance(fields, list):
+        if len(fields) % 2:
+            raise MalformedEntry(f"{len(fields)} names and values (not pairs)")
         fields = dict(zip(fields[::2], fields[1::2], strict=True))
-    if "d" in fields:
-        conv_id, sender, cmid, ctype, content, ts = fields["d"].split("\0", 6)[:6]
-        return NewMessage(conv_id, int(fields["q"]), int(sender), cmid, ctype, content, int(ts))
-    return NewMessage(
-        conv_id=fields["c"],
-        seq=int(fields["q"]),
-        sender_id=int(fields["s"]),
-        client_msg_id=fields["m"],
-        content_type=fields["t"],
-        content_json=fields["b"],
-        server_time=int(fields["ts"]),
-    )
+    elif not isinstance(fields, Mapping):
+        raise MalformedEntry(f"a {type(fields).__name__}, not a list or a mapping")
+    seq, data = fields.get("q"), fields.get("d")
+    if not isinstance(seq, str) or not isinstance(data, str):
+        raise MalformedEntry("no q (seq) or d (message) field")
+    parts = data.split("\0", 6)
+    if len(parts) < 6:
+        raise MalformedEntry(f"d holds {len(parts)} of 6 fields")
+    conv_id, sender, cmid, ctype, content, ts = parts[:6]
+    try:
+        return NewMessage(conv_id, int(seq), int(sender), cmid, ctype, content, int(ts))
+    except ValueError:
+        raise MalformedEntry("seq, sender or server time is not an integer") from None
 
 
 class Persister:
@@ -233,26 +242,18 @@ class Persister:
 
     async def _persist(self, stream_key: str, entries: list[tuple[str, Any]]) -> None:
         batch: list[NewMessage] = []
-        bad: list[str] = []
         for entry_id, fields in entries:
             try:
                 batch.append(decode(fields))
-            except (KeyError, ValueError):
-                log.error("dropping malformed stream entry %s: %r", entry_id, fields)
-                bad.append(entry_id)
+            except MalformedEntry as e:
+                log.error("dropping malformed stream entry %s (%s): %r", entry_id, e, fields)
         if batch:
-            targets: set[tuple[str, int]] = set()
-            for m in batch:
-                if m.content_type == "recall":
-                    target = orjson.loads(m.content_json).get("seq")
-                    if isinstance(target, int):
-                        targets.add((m.conv_id, target))
-            here = {(m.conv_id, m.seq) for m in batch} & targets
+            blank = recall.blanking(batch)
             try:
-                version, inserted = await self._write(batch, here, sorted(targets - here))
+                version, inserted = await self._write(batch, blank.in_batch, blank.earlier)
             except asyncpg.DataError as e:
                 version, inserted = await self._write_one_by_one(
-                    batch, here, sorted(targets - here), e
+                    batch, blank.in_batch, blank.earlier, e
                 )
             now_ms = time.time() * 1000
             metrics.PERSISTED.inc(inserted)

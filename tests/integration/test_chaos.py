@@ -5,9 +5,9 @@ component is killed with SIGKILL and restarted. Once the load stops and the stre
 drained, PostgreSQL must hold every ok-acked message exactly once, no seq may be reused
 or go back, and no read cursor may be below what the server confirmed.
 
-The machinery (load, kills, checks) lives in ``benchmarks/chaos.py``, which runs the same
-scenarios with a larger load and prints the figures; here the load is small (a few
-seconds per scenario) so that the file runs in about two minutes.
+The machinery (load, kills, checks) lives in ``im_server.bench.chaos``; ``scripts/bench
+chaos`` runs the same scenarios with a larger load and prints the figures; here the load
+is small (a few seconds per scenario) so that the file runs in about two minutes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos import Params, Result, run_scenario
+from im_server.bench.chaos import Params, Result, run_scenario
 
 pytestmark = pytest.mark.timeout(150)
 

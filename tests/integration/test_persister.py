@@ -97,16 +97,10 @@ async def test_replayed_entry_is_idempotent(pstores: Stores, log_dir: Path) -> N
         await eventually(persisted, timeout=15)
         await eventually(lambda: _is(xlen(pstores), 0), timeout=10)
 
-        # the very entry send.lua wrote: c, q, s, m, t, b, ts
-        fields: dict[str, Any] = {
-            "c": conv,
-            "q": seq,
-            "s": a.user_id,
-            "m": cmid,
-            "t": "text",
-            "b": orjson.dumps({"text": text}).decode(),
-            "ts": ack["server_time"],
-        }
+        # the very entry send_batch.lua wrote: q (seq), d (the send's fields joined by NUL)
+        content = orjson.dumps({"text": text}).decode()
+        parts = [conv, str(a.user_id), cmid, "text", content, str(ack["server_time"]), "0", "0"]
+        fields: dict[str, Any] = {"q": seq, "d": "\0".join(parts)}
         async with rds(pstores) as r:
             await r.xadd(STREAM, fields)
         await eventually(lambda: _is(xlen(pstores), 0), timeout=10)
@@ -130,6 +124,9 @@ async def test_replayed_entry_is_idempotent(pstores: Stores, log_dir: Path) -> N
             )
         assert row is not None and row["sender_id"] == a.user_id
         assert orjson.loads(row["content"]) == {"text": text}
+        # replayed, not dropped as malformed (either way the rows would look the same)
+        assert srv.log_path is not None
+        assert "malformed stream entry" not in srv.log_path.read_text(errors="replace")
 
         # the persister still works after the replays
         nxt = await conn.send(conv, "next", client_msg_id=f"next-{uuid.uuid4().hex}")

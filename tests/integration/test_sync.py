@@ -1,5 +1,5 @@
 """Sync (``GET /v1/sync``) against the contract: the snapshot, incremental sync while
-messages pour in (the client recipe of ``im_server.client_sync`` misses nothing and keeps
+messages pour in (the client recipe of ``im_server.client.sync`` misses nothing and keeps
 nothing twice, on the same process or another one), long polls, paging with ``limit``,
 the safe-version rule made visible with a transaction held open, and visibility windows.
 

@@ -13,8 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from im_server.client import ApiError, Client, single_conv_id
-from im_server.client_sync import Device, SyncState
+from im_server.client import ApiError, Client, Device, SyncState, single_conv_id
 
 C = "s:1:2"
 G = "g:7"
