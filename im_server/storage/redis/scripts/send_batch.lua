@@ -1,22 +1,24 @@
 -- Atomic sends, many per call: for each send, dedupe (sender, client_msg_id), check the
 -- sender's permission, allocate the conversation's next seq and queue the message on the
 -- stream. One round trip for a whole batch of sends arriving together.
--- KEYS[1] stream      im:stream:{p<partition>} (one partition per call)
--- KEYS[2] boot marker im:boot
--- Per send, the script derives its keys from the conversation (all in the
--- conversation's {conv_id} slot, except the dedupe key):
---   im:dd:<sender>:<client_msg_id>  dedupe         ("conv|seq|server_time", with a TTL)
---   im:seq:{conv}                   seq hash        fields cur, lim, rid
---   im:perm:{conv}                  permission hash field <user_id> -> "ok" | code; "_l" = loaded
---   im:pe:{conv}                    permission epoch
+-- KEYS[1] stream      (one partition per call)
+-- KEYS[2] boot marker
+-- Per send, the script derives its keys from key templates (keys.SEND_TEMPLATES: the
+-- layout is spelled in keys.py only; '%s' stands for the parts), all in the
+-- conversation's {conv_id} slot except the dedupe key:
+--   ARGV[5] dedupe          (sender, client_msg_id) -> "conv|seq|server_time", with a TTL
+--   ARGV[6] seq hash        (conv) fields cur, lim, rid
+--   ARGV[7] permission hash (conv) field <user_id> -> "ok" | code; "_l" = loaded
+--   ARGV[8] perm epoch      (conv)
 -- ARGV[1] redis_run_id, ARGV[2] cold ("1": dedupe may be missing here, ask PostgreSQL
 -- first), ARGV[3] dedupe_ttl_seconds, ARGV[4] low_water (refill the seq block in the
--- background when fewer seqs than this remain), then one value per send: its fields
--- joined by NUL: conv_id, sender_id, client_msg_id, content_type, content_json,
--- server_time, skip_perm ("1" = a server-made message, or a single chat whose lookup
--- failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text never holds a raw NUL, nor do the other fields.) A queued send
--- becomes the stream entry {q: seq, d: that value}.
--- Returns one entry per send:
+-- background when fewer seqs than this remain), then from ARGV[9] one value per send:
+-- its fields joined by NUL: conv_id, sender_id, client_msg_id, content_type,
+-- content_json, server_time, skip_perm ("1" = a server-made message, or a single chat
+-- whose lookup failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text
+-- never holds a raw NUL, nor do the other fields.) A queued send becomes the stream
+-- entry {q: seq, d: that value}.
+-- Returns one entry per send (parsed by replies.parse_send):
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
 --   {"denied", code}                not_friends | blocked | not_member
@@ -37,14 +39,16 @@ local function split(s)
   end
 end
 
+local fmt = string.format
+local t_dd, t_seq, t_perm, t_pe = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local out = {}
 local booted = redis.call('EXISTS', KEYS[2]) == 1
-for i = 5, #ARGV do
+for i = 9, #ARGV do
   local a = split(ARGV[i])
   local conv, sender, cmid, ts = a[1], a[2], a[3], a[6]
-  local kdd = 'im:dd:' .. sender .. ':' .. cmid
-  local kseq = 'im:seq:{' .. conv .. '}'
-  local kperm = 'im:perm:{' .. conv .. '}'
+  local kdd = fmt(t_dd, sender, cmid)
+  local kseq = fmt(t_seq, conv)
+  local kperm = fmt(t_perm, conv)
   local res
   local dup = redis.call('GET', kdd)
   if dup then
@@ -56,7 +60,7 @@ for i = 5, #ARGV do
       local st = redis.call('HGET', kperm, sender)
       if not st then
         if redis.call('HEXISTS', kperm, '_l') == 0 then
-          res = {'perm_cold', redis.call('GET', 'im:pe:{' .. conv .. '}') or '0'}
+          res = {'perm_cold', redis.call('GET', fmt(t_pe, conv)) or '0'}
         else
           res = {'denied', 'not_member'}
         end
