@@ -35,14 +35,14 @@ def test_keys_of_a_conversation_share_its_hash_tag() -> None:
     assert _tag(keys.stream(4)) == _tag(keys.persister_lease(4)) == "p4"
 
 
-def test_send_templates_are_the_python_layout() -> None:
-    dd, seq, perm, pe = keys.SEND_TEMPLATES
-    # Lua fills them with string.format('%s'), as Python does with %
-    assert dd % ("5", "abc") == keys.dedupe(5, "abc")
-    assert seq % "g:1" == keys.seq("g:1")
-    assert perm % "g:1" == keys.perm("g:1")
-    assert pe % "g:1" == keys.perm_epoch("g:1")
-    for t in keys.SEND_TEMPLATES:  # plain %s only: Lua's format knows no other spelling
+def test_the_send_scripts_key_pieces_join_into_the_python_layout() -> None:
+    dd1, dd2, dd3, seq1, seq2, perm1, perm2, pe1, pe2 = keys.SEND_KEY_PIECES
+    # send_batch.lua joins them with `..` around the parts, in this order
+    assert dd1 + "5" + dd2 + "abc" + dd3 == keys.dedupe(5, "abc")
+    assert seq1 + "g:1" + seq2 == keys.seq("g:1")
+    assert perm1 + "g:1" + perm2 == keys.perm("g:1")
+    assert pe1 + "g:1" + pe2 == keys.perm_epoch("g:1")
+    for t in keys.SEND_TEMPLATES:  # plain %s only, so the pieces are all there is
         assert re.sub("%s", "", t).count("%") == 0
 
 

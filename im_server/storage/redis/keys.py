@@ -1,11 +1,12 @@
-"""The Redis key layout, in one place: Python builds keys from these names, and the send
-script gets its per-send key templates from here (``SEND_TEMPLATES``) instead of
-spelling them. Keys that one script touches together carry the conversation's
-``{conv_id}`` hash tag (a stream, its partition's ``{p<N>}`` tag), so the layout maps
-onto Redis Cluster slots.
+"""The Redis key layout, in one place: Python builds keys from these templates, and the
+send script gets the per-send ones from here (``SEND_KEY_PIECES``) instead of spelling
+them. Keys that one script touches together carry the conversation's ``{conv_id}``
+hash tag (a stream, its partition's ``{p<N>}`` tag), so the layout maps onto Redis
+Cluster slots.
 
-A template holds ``%s`` where its parts go; Python fills it with ``%`` and Lua with
-``string.format``, so both spell a key the same way."""
+A template holds ``%s`` where its parts go. Python fills it with ``%``; the script gets
+the pieces around the ``%s`` and joins them with the parts (Lua's ``..`` is about twice
+as fast as its ``string.format`` and this runs for every send)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ STREAM = "im:stream:{p%s}"  # a stream partition
 PERSISTER_LEASE = "im:plk:{p%s}"  # who persists the partition
 USER_CHANNEL = "im:u:"  # pub/sub: a user's channel is this prefix and the user id
 
-# the templates the send script builds its per-send keys from, in its ARGV order
+# the templates the send script builds its per-send keys from, and their pieces in its
+# ARGV order: dedupe (3 pieces: around sender and client_msg_id), seq, perm, perm epoch
+# (2 pieces each: around the conversation)
 SEND_TEMPLATES = (DEDUPE, SEQ, PERM, PERM_EPOCH)
+SEND_KEY_PIECES: tuple[str, ...] = tuple(p for t in SEND_TEMPLATES for p in t.split("%s"))
 
 
 def seq(conv_id: str) -> str:

@@ -121,7 +121,7 @@ class RedisStore:
 
     async def _send_part(self, part: int, items: list[SendArgs], cold: str) -> list[SendResult]:
         v: list[str | int] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
-        v.extend(keys.SEND_TEMPLATES)
+        v.extend(keys.SEND_KEY_PIECES)
         for a in items:
             v.append(
                 f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"

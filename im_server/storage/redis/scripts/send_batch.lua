@@ -3,16 +3,16 @@
 -- stream. One round trip for a whole batch of sends arriving together.
 -- KEYS[1] stream      (one partition per call)
 -- KEYS[2] boot marker
--- Per send, the script derives its keys from key templates (keys.SEND_TEMPLATES: the
--- layout is spelled in keys.py only; '%s' stands for the parts), all in the
+-- Per send, the script joins its keys from pieces of the key templates around their
+-- parts (keys.SEND_KEY_PIECES: the layout is spelled in keys.py only), all in the
 -- conversation's {conv_id} slot except the dedupe key:
---   ARGV[5] dedupe          (sender, client_msg_id) -> "conv|seq|server_time", with a TTL
---   ARGV[6] seq hash        (conv) fields cur, lim, rid
---   ARGV[7] permission hash (conv) field <user_id> -> "ok" | code; "_l" = loaded
---   ARGV[8] perm epoch      (conv)
+--   ARGV[5..7]   dedupe          sender, client_msg_id -> "conv|seq|server_time", with a TTL
+--   ARGV[8..9]   seq hash        conv: fields cur, lim, rid
+--   ARGV[10..11] permission hash conv: field <user_id> -> "ok" | code; "_l" = loaded
+--   ARGV[12..13] perm epoch      conv
 -- ARGV[1] redis_run_id, ARGV[2] cold ("1": dedupe may be missing here, ask PostgreSQL
 -- first), ARGV[3] dedupe_ttl_seconds, ARGV[4] low_water (refill the seq block in the
--- background when fewer seqs than this remain), then from ARGV[9] one value per send:
+-- background when fewer seqs than this remain), then from ARGV[14] one value per send:
 -- its fields joined by NUL: conv_id, sender_id, client_msg_id, content_type,
 -- content_json, server_time, skip_perm ("1" = a server-made message, or a single chat
 -- whose lookup failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text
@@ -39,16 +39,16 @@ local function split(s)
   end
 end
 
-local fmt = string.format
-local t_dd, t_seq, t_perm, t_pe = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local dd1, dd2, dd3 = ARGV[5], ARGV[6], ARGV[7]
+local seq1, seq2, perm1, perm2, pe1, pe2 = ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 local out = {}
 local booted = redis.call('EXISTS', KEYS[2]) == 1
-for i = 9, #ARGV do
+for i = 14, #ARGV do
   local a = split(ARGV[i])
   local conv, sender, cmid, ts = a[1], a[2], a[3], a[6]
-  local kdd = fmt(t_dd, sender, cmid)
-  local kseq = fmt(t_seq, conv)
-  local kperm = fmt(t_perm, conv)
+  local kdd = dd1 .. sender .. dd2 .. cmid .. dd3
+  local kseq = seq1 .. conv .. seq2
+  local kperm = perm1 .. conv .. perm2
   local res
   local dup = redis.call('GET', kdd)
   if dup then
@@ -60,7 +60,7 @@ for i = 9, #ARGV do
       local st = redis.call('HGET', kperm, sender)
       if not st then
         if redis.call('HEXISTS', kperm, '_l') == 0 then
-          res = {'perm_cold', redis.call('GET', fmt(t_pe, conv)) or '0'}
+          res = {'perm_cold', redis.call('GET', pe1 .. conv .. pe2) or '0'}
         else
           res = {'denied', 'not_member'}
         end
