@@ -193,44 +193,60 @@ async def do_send(
     started = time.perf_counter()
     args = new_args(ctx, sender_id, ref, cmid, ctype, content_json)
     args.skip_perm = skip_perm
-    for _ in range(_MAX_ATTEMPTS):
-        r = await _run_script(ctx, args)
-        out = settle(ctx, ref, args, r, exclude_conn, started)
-        if out is not None:
-            return out
-        try:
-            match r:
-                case SendNeedsPermissions(epoch=epoch):
-                    if not await permissions.load_send_permissions(ctx, ref, epoch):
-                        args.skip_perm = True
-                case SendNeedsSeqBlock():
-                    await seqs.refill(ctx, ref)
-                case SendRedisReset():
-                    await recovery.check_redis_epoch(ctx)
-                case SendCheckDedupe():
-                    found = await ctx.dedupe_checker.submit((sender_id, cmid))
-                    if found is not None:
-                        await ctx.redis.set_dedupe(
-                            sender_id, cmid, found.conv_id, found.seq, found.server_time
-                        )
-                        _DUP.inc()
-                        return ack(found.conv_id, cmid, found.seq, found.server_time, True)
-                    args.skip_cold = True
-                case _:
-                    raise RuntimeError(f"settle left the final answer {r!r} unanswered")
-        except ImError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a store failure: `unavailable`; a bug: raised
-            store = failed_store(e)
-            if store is None:
-                metrics.SENDS.labels("internal").inc()
-                raise
-            metrics.STORE_ERRORS.labels(store).inc()
-            if store == "redis":
-                raise unavailable("the message queue is unavailable, try again") from e
-            log.warning("send to %s could not complete (%r): %r", ref.conv_id, r, e)
-            raise unavailable("the database is unavailable, try again") from e
+    try:
+        for _ in range(_MAX_ATTEMPTS):
+            r = await _run_script(ctx, args)
+            out = settle(ctx, ref, args, r, exclude_conn, started)
+            if out is not None:
+                return out
+            found = await _prepare_retry(ctx, ref, args, r)
+            if found is not None:
+                _DUP.inc()
+                return ack(found.conv_id, cmid, found.seq, found.server_time, True)
+    except ImError:
+        raise
+    except Exception:
+        metrics.SENDS.labels("internal").inc()  # a bug: the caller logs it with its traceback
+        raise
     raise unavailable("the send could not be completed, try again")
+
+
+async def _prepare_retry(
+    ctx: Context, ref: ConvRef, args: SendArgs, r: SendResult
+) -> SendDuplicate | None:
+    """Do the work a script answer asks for before the next attempt; returns the
+    original when PostgreSQL already holds this send. A store failure on the way is
+    ``unavailable``; anything else is a bug and propagates as it is."""
+    try:
+        match r:
+            case SendNeedsPermissions(epoch=epoch):
+                if not await permissions.load_send_permissions(ctx, ref, epoch):
+                    args.skip_perm = True
+            case SendNeedsSeqBlock():
+                await seqs.refill(ctx, ref)
+            case SendRedisReset():
+                await recovery.check_redis_epoch(ctx)
+            case SendCheckDedupe():
+                key = (args.sender_id, args.client_msg_id)
+                found = await ctx.dedupe_checker.submit(key)
+                if found is not None:
+                    await ctx.redis.set_dedupe(*key, found.conv_id, found.seq, found.server_time)
+                    return found
+                args.skip_cold = True
+            case _:
+                raise RuntimeError(f"settle left the final answer {r!r} unanswered")
+    except ImError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a store failure: `unavailable`; a bug: raised
+        store = failed_store(e)
+        if store is None:
+            raise
+        metrics.STORE_ERRORS.labels(store).inc()
+        if store == "redis":
+            raise unavailable("the message queue is unavailable, try again") from e
+        log.warning("send to %s could not complete (%r): %r", ref.conv_id, r, e)
+        raise unavailable("the database is unavailable, try again") from e
+    return None
 
 
 def failed_store(e: BaseException) -> str | None:
