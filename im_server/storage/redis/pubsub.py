@@ -163,7 +163,9 @@ class Subscriber:
                 raise
             except Exception as e:  # noqa: BLE001 - Redis went away: reconnect with backoff
                 if is_store_error(e):
-                    log.warning("pub/sub lost Redis (%r), retrying in %.1f s", e, self._backoff)
+                    log.warning(
+                        "pub/sub listener lost Redis (%r), retrying in %.1f s", e, self._backoff
+                    )
                 else:
                     log.exception("pub/sub listener failed, retrying in %.1f s", self._backoff)
             finally:
