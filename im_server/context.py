@@ -29,7 +29,7 @@ from im_server.storage.cursors import CursorResult
 from im_server.storage.redis.replies import SendDuplicate, SendResult
 from im_server.storage.redis.store import RedisStore, SendArgs
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # services.accounts imports this module
     from im_server.services.accounts import Session
 
 K = TypeVar("K")
