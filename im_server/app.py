@@ -23,24 +23,29 @@ from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.errors import ImError, is_store_error
 from im_server.gateway import ws
-from im_server.gateway.fanout import Fanout
+from im_server.gateway.fanout import PRESENCE_S, Fanout
 from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
+from im_server.metrics import STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
-from im_server.services import read, send
+from im_server.services import read, recovery, send
 from im_server.services.coalesce import Coalescer
-from im_server.services.ratelimit import Buckets
+from im_server.services.ratelimit import RateLimits
 from im_server.storage.db import create_engine
 from im_server.storage.redis.store import RedisStore
 from im_server.workers.cursors import CursorBatcher
+from im_server.workers.periodic import Periodic, stop_all
 from im_server.workers.persister import Persister
 from im_server.workers.receipts import ReceiptPusher
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
 CLOSE_RESTART = 1012
+EPOCH_CHECK_S = 1.0  # a Redis that lost its data is noticed within a second
+LONG_POLL_EXPIRY_S = 30.0
+STREAM_DEPTH_S = 5.0
 
 TAGS = [
     {"name": "accounts", "description": "Users, sessions (bearer tokens)."},
@@ -56,27 +61,46 @@ TAGS = [
 
 
 def build_context(settings: Settings) -> Context:
+    """The context of a process: stores, batchers, limits. The gateway's own parts (its
+    event sink, long polls, receipts, cursor batcher) are plugged in by the lifespan."""
     redis = RedisStore(
         settings.redis_url or "",
         dedupe_ttl=settings.dedupe_ttl_seconds,
         timeout=settings.store_timeout_seconds,
         low_water=max(1, settings.seq_block_size // 2),
     )
-    ctx = Context(
+    engine = create_engine(settings)
+    return Context(
         settings=settings,
-        db=create_engine(settings),
+        db=engine,
         redis=redis,
+        send_batcher=Coalescer(redis.send_many, settings.send_batch_max),
+        dedupe_checker=send.dedupe_checker(engine),
+        health=Health(engine, redis),
+        rate=RateLimits.from_settings(settings),
         auth_cache=TTLCache(settings.auth_cache_seconds),
         members_cache=TTLCache(settings.members_cache_seconds),
     )
-    ctx.send_batcher = Coalescer(redis.send_many, settings.send_batch_max)
-    ctx.extra["dedupe_checker"] = send.dedupe_checker(ctx)
-    ctx.extra["health"] = Health(ctx)
-    ctx.extra["rate_send"] = Buckets(settings.rate_send_per_s, settings.rate_send_burst)
-    ctx.extra["rate_read"] = Buckets(settings.rate_read_per_s, settings.rate_read_burst)
-    ctx.extra["rate_typing"] = Buckets(settings.rate_typing_per_s, settings.rate_typing_burst)
-    ctx.extra["rate_members"] = Buckets(settings.rate_members_per_s, settings.rate_members_burst)
-    return ctx
+
+
+def periodic_jobs(ctx: Context, fanout: Fanout) -> list[Periodic]:
+    """A gateway's background chores, each at its own pace."""
+
+    async def expire_long_polls() -> None:
+        await ctx.redis.expire_long_polls()
+
+    async def stream_depth() -> None:
+        STREAM_DEPTH.set(await ctx.redis.stream_depth(ctx.settings.stream_partitions))
+
+    async def watch_epoch() -> None:
+        await recovery.watch_epoch(ctx)
+
+    return [
+        Periodic("node-presence", PRESENCE_S, fanout.beat),
+        Periodic("redis-epoch", EPOCH_CHECK_S, watch_epoch),
+        Periodic("long-poll-expiry", LONG_POLL_EXPIRY_S, expire_long_polls),
+        Periodic("stream-depth", STREAM_DEPTH_S, stream_depth),
+    ]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -88,24 +112,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hub = Hub()
         fanout = Fanout(ctx, hub, ctx.redis)
         ctx.events = fanout
-        ctx.extra["longpolls"] = LongPolls(fanout, ctx.redis)
+        ctx.long_polls = LongPolls(fanout, ctx.redis)
         app.state.ctx = ctx
         app.state.gateway = ws.Gateway(ctx, hub, fanout)
         await fanout.start()
+        jobs = periodic_jobs(ctx, fanout)
+        for job in jobs:
+            job.start()
         recheck = TokenRecheck(ctx, hub)
         recheck.start()
         receipts = ReceiptPusher(ctx)
-        ctx.extra["receipts"] = receipts
+        ctx.receipts = receipts
         batcher = CursorBatcher(
             ctx, lambda kind, res, origins: read.on_moved(ctx, kind, res, origins)
         )
-        ctx.extra["cursors"] = batcher
+        ctx.cursors = batcher
         batcher.start()
         receipts.start()
         persister = Persister(ctx) if settings.run_persister else None
         if persister:
             await persister.start()
-        ctx.extra["persister"] = persister
         metrics_listener = MetricsListener.for_settings(settings)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
@@ -122,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await receipts.stop()
             if persister:
                 await persister.stop()
+            await stop_all(jobs)
             await fanout.stop()
             if ctx.background:
                 await asyncio.wait(list(ctx.background), timeout=2.0)

@@ -1,20 +1,45 @@
 """What every service call needs: settings, the two stores, caches, and where events go.
 
 Built once in the app's lifespan (or by ``im-server persister``) and passed explicitly:
-services take it as their first argument instead of reaching for globals."""
+services take it as their first argument instead of reaching for globals. Every
+component is a typed field; the ones that only a gateway process has (its live
+connections, long polls, the receipt pusher, the cursor batcher) are reached through
+the small protocols below, with null versions for a process that has none, so each
+coupling between layers is visible to a reader, to grep and to mypy."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server.config import Settings
-from im_server.storage.redis.store import RedisStore
+from im_server.errors import unavailable
+from im_server.health import Health
+from im_server.services.coalesce import Coalescer
+from im_server.services.ratelimit import RateLimits
+from im_server.services.seqs import SeqRefills
+from im_server.storage.cursors import CursorResult
+from im_server.storage.redis.replies import SendDuplicate, SendResult
+from im_server.storage.redis.store import RedisStore, SendArgs
+
+if TYPE_CHECKING:  # services.accounts imports this module
+    from im_server.services.accounts import Session
+
+K = TypeVar("K")
+V = TypeVar("V")
+T = TypeVar("T")
+
+# waits until woken or until the timeout (seconds) has passed
+Woken = Callable[[float], Awaitable[None]]
+# (sender_id, client_msg_id) -> where PostgreSQL has that message, if anywhere
+DedupeChecker = Coalescer[tuple[int, str], SendDuplicate | None]
 
 
 class EventSink(Protocol):
@@ -37,15 +62,74 @@ class NullSink:
         return None
 
 
-class TTLCache:
+class SyncWaker(Protocol):
+    """The long polls (``GET /v1/sync?wait=``) waiting in this process."""
+
+    def waiting(self, user_id: int) -> AbstractAsyncContextManager[Woken]:
+        """Register a waiter for the user while the block runs; it yields the wait."""
+        ...
+
+    def wake(self, user_ids: Iterable[int]) -> None: ...
+
+    def has(self, user_id: int) -> bool: ...
+
+    def waiting_any(self) -> bool: ...
+
+
+class NullWaker:
+    """No long polls here (``im-server persister``): a wait is a plain sleep."""
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, user_id: int) -> AsyncIterator[Woken]:
+        yield asyncio.sleep
+
+    def wake(self, user_ids: Iterable[int]) -> None:
+        return None
+
+    def has(self, user_id: int) -> bool:
+        return False
+
+    def waiting_any(self) -> bool:
+        return False
+
+
+class ReceiptSink(Protocol):
+    """Told of group conversations whose read cursors moved (their receipts are due)."""
+
+    def touch(self, conv_id: str) -> None: ...
+
+
+class NullReceipts:
+    def touch(self, conv_id: str) -> None:
+        return None
+
+
+class CursorSink(Protocol):
+    """Takes read/delivered reports; the future resolves once the cursor is durable."""
+
+    def submit(
+        self, kind: str, conv_id: str, user_id: int, seq: int, origin: int | None
+    ) -> asyncio.Future[CursorResult]: ...
+
+
+class NullCursors:
+    """No cursor batcher here: reports are refused."""
+
+    def submit(
+        self, kind: str, conv_id: str, user_id: int, seq: int, origin: int | None
+    ) -> asyncio.Future[CursorResult]:
+        raise unavailable("read reports are not taken by this process")
+
+
+class TTLCache(Generic[K, V]):
     """A small dict with per-entry expiry; invalidated explicitly across processes."""
 
     def __init__(self, ttl: float, max_entries: int = 100_000) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
-        self._d: dict[Any, tuple[float, Any]] = {}
+        self._d: dict[K, tuple[float, V]] = {}
 
-    def get(self, key: Any) -> Any | None:
+    def get(self, key: K) -> V | None:
         hit = self._d.get(key)
         if hit is None:
             return None
@@ -54,12 +138,12 @@ class TTLCache:
             return None
         return hit[1]
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: K, value: V) -> None:
         if len(self._d) >= self.max_entries:
             self._d.clear()
         self._d[key] = (time.monotonic() + self.ttl, value)
 
-    def drop(self, key: Any) -> None:
+    def drop(self, key: K) -> None:
         self._d.pop(key, None)
 
 
@@ -68,16 +152,25 @@ class Context:
     settings: Settings
     db: AsyncEngine
     redis: RedisStore
+    # sends arriving together share one script call (RedisStore.send_many)
+    send_batcher: Coalescer[SendArgs, SendResult]
+    # asked only while a Redis that lost its data may have forgotten recent sends
+    dedupe_checker: DedupeChecker
+    health: Health
+    rate: RateLimits
     events: EventSink = field(default_factory=NullSink)
-    auth_cache: TTLCache = field(default_factory=lambda: TTLCache(30.0))
-    members_cache: TTLCache = field(default_factory=lambda: TTLCache(60.0))
-    send_batcher: Any = None
+    long_polls: SyncWaker = field(default_factory=NullWaker)
+    receipts: ReceiptSink = field(default_factory=NullReceipts)
+    cursors: CursorSink = field(default_factory=NullCursors)
+    auth_cache: TTLCache[bytes, Session] = field(default_factory=lambda: TTLCache(30.0))
+    members_cache: TTLCache[str, list[int]] = field(default_factory=lambda: TTLCache(60.0))
+    seq_refills: SeqRefills = field(default_factory=SeqRefills)
     redis_recovery_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    background: set[asyncio.Task[Any]] = field(default_factory=set)
-    extra: dict[str, Any] = field(default_factory=dict)
+    background: set[asyncio.Task[object]] = field(default_factory=set)
 
-    def spawn(self, coro: Awaitable[Any], name: str | None = None) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
+    def spawn(self, coro: Coroutine[object, None, T], name: str | None = None) -> asyncio.Task[T]:
+        """Run ``coro`` in the background; the lifespan waits for these on shutdown."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
         return task

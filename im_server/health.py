@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import asyncio
 
-from im_server.context import Context
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from im_server.storage import db
+from im_server.storage.redis.store import RedisStore
 
 
 class Health:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, engine: AsyncEngine, redis: RedisStore) -> None:
+        self.engine = engine
+        self.redis = redis
 
     async def _pg(self) -> bool:
         try:
-            await asyncio.wait_for(db.ping(self.ctx.db), 1.0)
+            await asyncio.wait_for(db.ping(self.engine), 1.0)
             return True
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - any failure means "not ready"; /readyz says so
             return False
 
     async def _redis(self) -> bool:
         try:
-            return await asyncio.wait_for(self.ctx.redis.ping(), 1.0)
-        except Exception:  # noqa: BLE001
+            return await asyncio.wait_for(self.redis.ping(), 1.0)
+        except Exception:  # noqa: BLE001 - any failure means "not ready"; /readyz says so
             return False
 
     async def check(self) -> dict[str, bool]:

@@ -55,6 +55,9 @@ PERSIST_LAG = Histogram(
     ),
 )
 STREAM_DEPTH = Gauge("im_stream_depth", "Entries waiting in the message streams")
+PERIODIC_FAILURES = Counter(
+    "im_periodic_failures_total", "Failed runs of periodic background jobs", ["job"]
+)
 READ_FLUSHES = Counter("im_read_flushes_total", "Read-cursor batches written to PostgreSQL")
 READ_FLUSH_ROWS = Counter("im_read_flush_rows_total", "Cursor rows written by read-cursor batches")
 BAD_FRAMES = Counter("im_bad_frames_total", "WebSocket frames refused", ["code"])

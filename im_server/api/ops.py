@@ -19,8 +19,7 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="200 while PostgreSQL and Redis are reachable, else 503")
 async def readyz(ctx: Ctx, response: Response) -> dict[str, object]:
-    health = ctx.extra.get("health")
-    checks = await health.check() if health else {"postgres": False, "redis": False}
+    checks = await ctx.health.check()
     ok = all(checks.values())
     response.status_code = 200 if ok else 503
     return {"status": "ready" if ok else "unavailable", **checks}

@@ -2,28 +2,26 @@
 to the channels of the users connected to it, so a message reaches only the processes
 that hold a recipient (never a firehose to every process). A process that knows it is
 the only live node skips publishing altogether. A control channel carries cache
-invalidations (members, revoked tokens) and node joins."""
+invalidations (members, revoked tokens) and node joins.
+
+This module decides what to deliver where; the channels, the envelope and the listening
+connection are ``storage/redis/pubsub.py``'s."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
-import orjson
-from redis.asyncio.client import PubSub
-
-from im_server import metrics
 from im_server.context import Context
 from im_server.gateway.hub import Hub
-from im_server.services.notify import SYNC_WAKE
-from im_server.storage.redis import keys
+from im_server.storage.redis import pubsub
 from im_server.storage.redis.store import RedisStore
 
 log = logging.getLogger("im_server.fanout")
-HEARTBEAT_S = 1.0
-NODE_TTL_MS = 5000
+PRESENCE_S = 1.0  # how often this node says it is alive (``beat``)
+NODE_TTL_MS = 5000  # a node that missed this long of beats is gone
+PUBLISH_BATCH = 2000
 CLOSE_UNAUTHORIZED = 4401
 
 
@@ -34,13 +32,11 @@ class Fanout:
         self.redis = redis
         self.node = ctx.settings.node_name
         self.others = False  # another live node exists: publish
-        self._outbox: list[tuple[str, str]] = []
+        self._announced = False
+        self._outbox: list[pubsub.Outgoing] = []
         self._wake = asyncio.Event()
-        self._subscribed: set[str] = set()
-        self._pubsub: PubSub | None = None
+        self._subscriber = pubsub.Subscriber(redis, self.node, self._on_message)
         self._tasks: list[asyncio.Task[Any]] = []
-        self._stopping = False
-        self._sub_lock = asyncio.Lock()
 
     # ---- EventSink ---------------------------------------------------------------------
 
@@ -49,14 +45,11 @@ class Fanout:
     ) -> None:
         self.hub.deliver(user_ids, text, exclude_conn)
         if self.others:
-            payload = self.node + "\n" + text
-            self._outbox.extend((keys.user_channel(u), payload) for u in user_ids)
+            self._outbox += pubsub.user_frames(self.node, user_ids, text)
             self._wake.set()
 
     def invalidate(self, kind: str, key: str) -> None:
-        self._outbox.append(
-            (keys.CONTROL, orjson.dumps({"o": self.node, "k": kind, "v": key}).decode())
-        )
+        self._outbox.append(pubsub.control(self.node, kind, key))
         self._wake.set()
         self._apply_control(kind, key)
 
@@ -66,135 +59,71 @@ class Fanout:
         """Subscribe to the user's channel; bounded so a slow Redis cannot hold up a login
         (the listener resubscribes everything when it reconnects)."""
         try:
-            await asyncio.wait_for(self._subscribe(keys.user_channel(user_id)), 1.0)
+            await asyncio.wait_for(self._subscriber.add_user(user_id), 1.0)
         except TimeoutError:
             log.warning("subscribing user %d took over a second", user_id)
 
     def user_offline(self, user_id: int) -> None:
-        self.ctx.spawn(self._unsubscribe(keys.user_channel(user_id)))
+        self.ctx.spawn(self._subscriber.remove_user(user_id, self._still_here))
 
-    async def _subscribe(self, channel: str) -> None:
-        async with self._sub_lock:
-            self._subscribed.add(channel)
-            if self._pubsub is not None:
-                try:
-                    await self._pubsub.subscribe(channel)
-                except Exception as e:  # noqa: BLE001 - the listener resubscribes on reconnect
-                    log.debug("subscribe %s failed: %r", channel, e)
-
-    async def _unsubscribe(self, channel: str) -> None:
-        async with self._sub_lock:
-            uid = int(channel.rsplit(":", 1)[1])
-            polls = self.ctx.extra.get("longpolls")
-            if self.hub.user_connections(uid) or (polls is not None and polls.has(uid)):
-                return  # the user came back meanwhile, or is long-polling
-            self._subscribed.discard(channel)
-            if self._pubsub is not None:
-                try:
-                    await self._pubsub.unsubscribe(channel)
-                except Exception as e:  # noqa: BLE001
-                    log.debug("unsubscribe %s failed: %r", channel, e)
+    def _still_here(self, user_id: int) -> bool:
+        """The user came back meanwhile, or is long-polling: keep the subscription."""
+        return bool(self.hub.user_connections(user_id)) or self.ctx.long_polls.has(user_id)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._listen(), name="fanout-listen"),
+            asyncio.create_task(self._subscriber.run(), name="fanout-listen"),
             asyncio.create_task(self._publisher(), name="fanout-publish"),
-            asyncio.create_task(self._heartbeat(), name="fanout-heartbeat"),
         ]
 
     async def stop(self) -> None:
-        self._stopping = True
         try:
             await asyncio.wait_for(self.redis.leave(self.node), 1.0)
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception as e:  # noqa: BLE001 - the entry expires by itself (NODE_TTL_MS)
+            log.debug("leaving the node list failed: %r", e)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._pubsub is not None:
-            try:
-                await self._pubsub.aclose()
-            except Exception:  # noqa: BLE001
-                pass
 
-    async def _heartbeat(self) -> None:
-        announced = False
-        while not self._stopping:
-            try:
-                nodes = await self.redis.heartbeat(self.node, NODE_TTL_MS)
-                self.others = any(n != self.node for n in nodes)
-                if not announced:
-                    self.invalidate("node", self.node)
-                    announced = True
-                if self.redis.run_id_changed.is_set():
-                    self.redis.run_id_changed.clear()
-                    from im_server.services import recovery
-
-                    await recovery.check_redis_epoch(self.ctx)
-                else:
-                    await self.redis.refresh_cold_until()
-                if int(time.monotonic()) % 30 == 0:
-                    await self.redis.expire_long_polls()
-                metrics.STREAM_DEPTH.set(
-                    await self.redis.stream_depth(self.ctx.settings.stream_partitions)
-                )
-            except Exception as e:  # noqa: BLE001 - Redis down: keep publishing to be safe
-                self.others = True
-                log.debug("heartbeat failed: %r", e)
-            await asyncio.sleep(HEARTBEAT_S)
+    async def beat(self) -> None:
+        """The node-presence job (every PRESENCE_S): list this node as alive, learn
+        whether other nodes are (then frames are published), and announce this node
+        once, so the others start publishing to it."""
+        try:
+            nodes = await self.redis.heartbeat(self.node, NODE_TTL_MS)
+        except BaseException:
+            self.others = True  # Redis down: keep publishing to be safe
+            raise
+        self.others = any(n != self.node for n in nodes)
+        if not self._announced:
+            self.invalidate("node", self.node)
+            self._announced = True
 
     async def _publisher(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._outbox:
-                batch, self._outbox = self._outbox[:2000], self._outbox[2000:]
+                batch = self._outbox[:PUBLISH_BATCH]
+                self._outbox = self._outbox[PUBLISH_BATCH:]
                 try:
-                    await self.redis.publish_many(batch)
+                    await pubsub.publish(self.redis, batch)
                 except Exception as e:  # noqa: BLE001 - pushes are best effort; sync catches up
                     log.warning("publish of %d frames failed: %r", len(batch), e)
                     await asyncio.sleep(0.5)
 
-    async def _listen(self) -> None:
-        backoff = 0.1
-        while not self._stopping:
-            try:
-                ps = self.redis.client.pubsub(ignore_subscribe_messages=True)
-                async with self._sub_lock:
-                    await ps.subscribe(keys.CONTROL, *self._subscribed)
-                    self._pubsub = ps
-                backoff = 0.1
-                while True:
-                    msg = await ps.get_message(timeout=1.0)
-                    if msg is None:
-                        continue
-                    self._on_message(str(msg["channel"]), str(msg["data"]))
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - Redis went away: reconnect with backoff
-                log.warning("pub/sub listener lost Redis (%r), retrying in %.1f s", e, backoff)
-                self._pubsub = None
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+    # ---- from other nodes ----------------------------------------------------------------
 
-    def _on_message(self, channel: str, data: str) -> None:
-        if channel == keys.CONTROL:
-            msg = orjson.loads(data)
-            if msg.get("o") != self.node:
-                self._apply_control(msg["k"], msg["v"])
-            return
-        origin, _, text = data.partition("\n")
-        if origin == self.node:
-            return
-        uid = int(channel.rsplit(":", 1)[1])
-        if text == SYNC_WAKE:
-            polls = self.ctx.extra.get("longpolls")
-            if polls is not None:
-                polls.wake((uid,))
-            return
-        self.hub.deliver((uid,), text)
+    def _on_message(self, msg: pubsub.Message) -> None:
+        match msg:
+            case pubsub.UserFrame(user_id=user_id, text=text):
+                self.hub.deliver((user_id,), text)
+            case pubsub.SyncWake(user_id=user_id):
+                self.ctx.long_polls.wake((user_id,))
+            case pubsub.Control(kind=kind, key=key):
+                self._apply_control(kind, key)
 
     def _apply_control(self, kind: str, key: str) -> None:
         if kind == "members":

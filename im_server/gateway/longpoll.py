@@ -1,16 +1,20 @@
 """Long polls of this process: a waiter per pending ``GET /v1/sync?wait=``. A waiting
-user is listed in Redis (``im:lp``, with an expiry) and this process listens on the
-user's channel, so a change committed by any process wakes it."""
+user is listed in Redis (with an expiry, ``RedisStore.register_long_poll``) and this
+process listens on the user's channel, so a change committed by any process wakes it.
+This is the gateway's ``SyncWaker`` (see ``context.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import logging
+from collections.abc import AsyncIterator, Iterable
 
+from im_server.context import Woken
 from im_server.gateway.fanout import Fanout
 from im_server.storage.redis.store import RedisStore
 
+log = logging.getLogger("im_server.longpoll")
 REGISTRATION_MS = 40_000
 
 
@@ -23,8 +27,11 @@ class LongPolls:
     def has(self, user_id: int) -> bool:
         return user_id in self.waiters
 
+    def waiting_any(self) -> bool:
+        return bool(self.waiters)
+
     @contextlib.asynccontextmanager
-    async def waiting(self, user_id: int) -> AsyncIterator[Callable[[float], Awaitable[None]]]:
+    async def waiting(self, user_id: int) -> AsyncIterator[Woken]:
         ev = asyncio.Event()
         first = user_id not in self.waiters
         self.waiters.setdefault(user_id, set()).add(ev)
@@ -38,8 +45,8 @@ class LongPolls:
                 await self.fanout.subscribe_user(user_id)
                 try:
                     await self.redis.register_long_poll(user_id, REGISTRATION_MS)
-                except Exception:  # noqa: BLE001 - local wakes still work
-                    pass
+                except Exception as e:  # noqa: BLE001 - local wakes still work
+                    log.debug("registering the long poll of user %d failed: %r", user_id, e)
             yield woken
         finally:
             evs = self.waiters.get(user_id)

@@ -198,7 +198,7 @@ async def authenticate(ctx: Context, token: str | None) -> Session:
     h = token_hash(token)
     hit = ctx.auth_cache.get(h)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     s, now = ctx.settings, now_ms()
     try:
         async with ctx.db.connect() as conn:

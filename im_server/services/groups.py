@@ -32,7 +32,7 @@ async def do_create_group(
         raise bad_request("name: 1-64 characters")
     check_display_name(name, "name")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
-    ctx.extra["rate_members"].check(owner, "group changes")
+    ctx.rate.members.check(owner, "group changes")
     if ids:
         async with ctx.db.connect() as conn:
             await _check_addable(conn, owner, ids)
@@ -107,7 +107,7 @@ async def do_add_members(
     ids = check_user_ids(user_ids)
     if not ids:
         raise bad_request("user_ids must not be empty")
-    ctx.extra["rate_members"].check(actor, "member changes")
+    ctx.rate.members.check(actor, "member changes")
     ref = parse_conv_id(group_conv_id(group_id))
     async with ctx.db.connect() as conn:
         await _require_admin(conn, ref.conv_id, actor, group_id)

@@ -11,7 +11,7 @@ from im_server.storage import conversations
 def cached_recipients(ctx: Context, ref: ConvRef) -> list[int] | tuple[int, ...] | None:
     if ref.kind == "single":
         return (ref.a, ref.b)
-    return ctx.members_cache.get(ref.conv_id)  # type: ignore[no-any-return]
+    return ctx.members_cache.get(ref.conv_id)
 
 
 async def recipients(ctx: Context, ref: ConvRef) -> list[int] | tuple[int, ...]:
@@ -19,7 +19,7 @@ async def recipients(ctx: Context, ref: ConvRef) -> list[int] | tuple[int, ...]:
         return (ref.a, ref.b)
     hit = ctx.members_cache.get(ref.conv_id)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     async with ctx.db.connect() as conn:
         ids = await conversations.active_member_ids(conn, ref.conv_id)
     ctx.members_cache.put(ref.conv_id, ids)

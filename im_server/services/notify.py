@@ -9,24 +9,20 @@ from collections.abc import Iterable
 
 from im_server.context import Context
 from im_server.storage import conversations
-from im_server.storage.redis import keys
+from im_server.storage.redis import pubsub
 
 log = logging.getLogger("im_server.notify")
-SYNC_WAKE = "\x00sync"
 
 
 async def changed(ctx: Context, user_ids: Iterable[int]) -> None:
     users = sorted(set(user_ids))
     if not users:
         return
-    polls = ctx.extra.get("longpolls")
-    if polls is not None:
-        polls.wake(users)
+    ctx.long_polls.wake(users)
     try:
         waiting = await ctx.redis.long_polling(users)
         if waiting:
-            payload = ctx.settings.node_name + "\n" + SYNC_WAKE
-            await ctx.redis.publish_many([(keys.user_channel(u), payload) for u in waiting])
+            await pubsub.publish(ctx.redis, pubsub.sync_wakes(ctx.settings.node_name, waiting))
     except Exception as e:  # noqa: BLE001 - a long poll still answers at its deadline
         log.debug("sync wake failed: %r", e)
 
@@ -36,10 +32,9 @@ async def conversations_changed(ctx: Context, conv_ids: list[str]) -> None:
     Nobody long-polling anywhere (the usual case under load: devices with a socket get
     pushes) costs one Redis read and no query. Checked after the commit, so a poll that
     registered before its own look at the data is always seen."""
-    polls = ctx.extra.get("longpolls")
     try:
-        anyone = (polls is not None and bool(polls.waiters)) or await ctx.redis.any_long_polls()
-    except Exception:  # noqa: BLE001
+        anyone = ctx.long_polls.waiting_any() or await ctx.redis.any_long_polls()
+    except Exception:  # noqa: BLE001 - Redis down: look, rather than miss a waiter
         anyone = True
     if not anyone:
         return

@@ -1,12 +1,14 @@
-"""Per-user rate limits (token buckets) on sends, read reports and typing. Kept in
-process memory: a user's connections usually land on one process, and a check that
-costs a store round trip on every frame would cost more than the abuse it stops.
-With N processes a user can reach at most N times the rate."""
+"""Per-user rate limits (token buckets) on sends, read reports, typing and member
+changes. Kept in process memory: a user's connections usually land on one process, and
+a check that costs a store round trip on every frame would cost more than the abuse it
+stops. With N processes a user can reach at most N times the rate."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+from im_server.config import Settings
 from im_server.errors import ImError
 
 
@@ -37,3 +39,22 @@ class Buckets:
     def check(self, user_id: int, what: str) -> None:
         if not self.take(user_id):
             raise ImError("rate_limited", f"too many {what}; slow down")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """The per-user limits of one process, one bucket set per kind of request."""
+
+    send: Buckets
+    read: Buckets
+    typing: Buckets
+    members: Buckets
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> RateLimits:
+        return cls(
+            send=Buckets(s.rate_send_per_s, s.rate_send_burst),
+            read=Buckets(s.rate_read_per_s, s.rate_read_burst),
+            typing=Buckets(s.rate_typing_per_s, s.rate_typing_burst),
+            members=Buckets(s.rate_members_per_s, s.rate_members_burst),
+        )

@@ -30,11 +30,11 @@ async def do_cursor(
     """Report a read (or delivered) seq; returns once the cursor is durable."""
     if ref.kind == "single" and not ref.has_user(user_id):
         raise ImError("not_member", "this single chat is not yours")
-    ctx.extra["rate_read"].check(user_id, "read reports")
-    res = await ctx.extra["cursors"].submit(kind, ref.conv_id, user_id, seq, origin)
+    ctx.rate.read.check(user_id, "read reports")
+    res = await ctx.cursors.submit(kind, ref.conv_id, user_id, seq, origin)
     if not res.member:
         raise ImError("not_member", "you are not a member of this conversation")
-    return res  # type: ignore[no-any-return]
+    return res
 
 
 def on_moved(ctx: Context, kind: str, res: CursorResult, origins: set[int]) -> None:
@@ -48,13 +48,13 @@ def on_moved(ctx: Context, kind: str, res: CursorResult, origins: set[int]) -> N
     if kind == "read":
         ctx.events.push((res.user_id,), frame, exclude)
         if ref.kind == "group":
-            ctx.extra["receipts"].touch(res.conv_id)
+            ctx.receipts.touch(res.conv_id)
     if ref.kind == "single":
         ctx.events.push((ref.peer_of(res.user_id),), frame)
 
 
 async def do_typing(ctx: Context, user_id: int, ref: ConvRef) -> None:
-    ctx.extra["rate_typing"].check(user_id, "typing notices")
+    ctx.rate.typing.check(user_id, "typing notices")
     users = await members.recipients(ctx, ref)
     if user_id not in users:
         raise ImError("not_member", "you are not a member of this conversation")

@@ -41,3 +41,19 @@ async def check_redis_epoch(ctx: Context) -> None:
             )
         await r.set_boot_run_id()
         await r.refresh_cold_until()
+
+
+async def watch_epoch(ctx: Context) -> None:
+    """A periodic job: when the client connected to a Redis with a new run id, check its
+    epoch (above); otherwise refresh the cold dedupe window, which another process may
+    have opened."""
+    r = ctx.redis
+    if r.run_id_changed.is_set():
+        r.run_id_changed.clear()
+        try:
+            await check_redis_epoch(ctx)
+        except BaseException:
+            r.run_id_changed.set()  # not checked yet: the next run tries again
+            raise
+    else:
+        await r.refresh_cold_until()

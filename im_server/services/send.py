@@ -11,18 +11,32 @@ import time
 import uuid
 from typing import Any
 
+import asyncpg
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server import metrics
-from im_server.context import Context
-from im_server.errors import ImError, bad_request, unavailable
+from im_server.context import Context, DedupeChecker
+from im_server.errors import ImError, bad_request, is_store_error, unavailable
 from im_server.ids import ConvRef, parse_conv_id, valid_client_msg_id
 from im_server.services import members, permissions, recovery, seqs
 from im_server.services.coalesce import Coalescer
 from im_server.storage import messages as msg_store
 from im_server.storage.redis import keys
+from im_server.storage.redis.replies import (
+    RefusalCode,
+    SendCheckDedupe,
+    SendDuplicate,
+    SendNeedsPermissions,
+    SendNeedsSeqBlock,
+    SendOk,
+    SendRedisReset,
+    SendRefused,
+    SendResult,
+)
 from im_server.storage.redis.store import SendArgs
 
 log = logging.getLogger("im_server.send")
@@ -62,7 +76,7 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
         )
     if ref.kind == "single" and not ref.has_user(sender_id):
         raise ImError("not_member", "this single chat is not yours")
-    ctx.extra["rate_send"].check(sender_id, "messages")
+    ctx.rate.send.check(sender_id, "messages")
     return ref, str(cmid), ctype, encoded.decode()
 
 
@@ -106,51 +120,48 @@ def new_args(
     )
 
 
-def submit(ctx: Context, args: SendArgs) -> asyncio.Future[Any]:
+def submit(ctx: Context, args: SendArgs) -> asyncio.Future[SendResult]:
     """Queue the script call; sends arriving together share one round trip."""
-    return ctx.send_batcher.submit(args)  # type: ignore[no-any-return]
+    return ctx.send_batcher.submit(args)
 
 
 def settle(
     ctx: Context,
     ref: ConvRef,
     args: SendArgs,
-    r: list[Any],
+    r: SendResult,
     exclude_conn: int | None,
     started: float,
 ) -> dict[str, Any] | None:
     """The ack for a final script answer (and the fan-out of a new message); raises the
     refusal; None when the answer asks for work first (the slow path in ``do_send``)."""
-    status = r[0]
-    if status == "ok":
-        seq, ts = int(r[1]), int(r[2])
-        if int(r[3]):
+    if isinstance(r, SendOk):
+        if r.refill:
             seqs.refill_soon(ctx, ref)
         _OK.inc()
         metrics.SEND_LATENCY.observe(time.perf_counter() - started)
         fan_out(
             ctx,
             ref,
-            seq,
+            r.seq,
             args.sender_id,
             args.client_msg_id,
             args.content_type,
             args.content_json,
-            ts,
+            r.server_time,
             exclude_conn,
         )
-        return ack(ref.conv_id, args.client_msg_id, seq, ts, False)
-    if status == "dup":
-        conv_id, seq_s, ts_s = str(r[1]).split("|")
+        return ack(ref.conv_id, args.client_msg_id, r.seq, r.server_time, False)
+    if isinstance(r, SendDuplicate):
         _DUP.inc()
-        return ack(conv_id, args.client_msg_id, int(seq_s), int(ts_s), True)
-    if status == "denied":
-        metrics.SENDS.labels(str(r[1])).inc()
-        raise ImError(str(r[1]), _DENIED.get(str(r[1]), str(r[1])))
+        return ack(r.conv_id, args.client_msg_id, r.seq, r.server_time, True)
+    if isinstance(r, SendRefused):
+        metrics.SENDS.labels(r.code).inc()
+        raise ImError(r.code, _DENIED[r.code])
     return None
 
 
-async def _run_script(ctx: Context, args: SendArgs) -> list[Any]:
+async def _run_script(ctx: Context, args: SendArgs) -> SendResult:
     """One call of the send script. A connection error is retried once: a pooled
     connection may have died with a restarted Redis, and a repeat is safe because the
     script dedupes (sender, client_msg_id)."""
@@ -162,7 +173,7 @@ async def _run_script(ctx: Context, args: SendArgs) -> list[Any]:
     except (TimeoutError, RedisError, OSError) as e:
         metrics.STORE_ERRORS.labels("redis").inc()
         raise unavailable("the message queue is unavailable, try again") from e
-    return res  # type: ignore[no-any-return]
+    return res
 
 
 async def do_send(
@@ -182,57 +193,99 @@ async def do_send(
     started = time.perf_counter()
     args = new_args(ctx, sender_id, ref, cmid, ctype, content_json)
     args.skip_perm = skip_perm
-    for _ in range(_MAX_ATTEMPTS):
-        r = await _run_script(ctx, args)
-        out = settle(ctx, ref, args, r, exclude_conn, started)
-        if out is not None:
-            return out
-        status = r[0]
-        try:
-            if status == "perm_cold":
-                if not await permissions.load_send_permissions(ctx, ref, str(r[1])):
-                    args.skip_perm = True
-            elif status == "need_block":
-                await seqs.refill(ctx, ref)
-            elif status == "reset":
-                await recovery.check_redis_epoch(ctx)
-            elif status == "check_pg":
-                found = await ctx.extra["dedupe_checker"].submit((sender_id, cmid))
-                if found is not None:
-                    conv_id, seq, ts = found
-                    await ctx.redis.set_dedupe(sender_id, cmid, f"{conv_id}|{seq}|{ts}")
-                    _DUP.inc()
-                    return ack(conv_id, cmid, seq, ts, True)
-                args.skip_cold = True
-            else:
-                raise RuntimeError(f"unexpected send script answer {r!r}")
-        except ImError:
-            raise
-        except (TimeoutError, RedisError, OSError) as e:
-            metrics.STORE_ERRORS.labels("redis").inc()
-            raise unavailable("the message queue is unavailable, try again") from e
-        except Exception as e:  # PostgreSQL down while refilling seqs or rechecking dedupe
-            metrics.STORE_ERRORS.labels("postgres").inc()
-            log.warning("send to %s could not complete (%s): %r", ref.conv_id, status, e)
-            raise unavailable("the database is unavailable, try again") from e
+    try:
+        for _ in range(_MAX_ATTEMPTS):
+            r = await _run_script(ctx, args)
+            out = settle(ctx, ref, args, r, exclude_conn, started)
+            if out is not None:
+                return out
+            found = await _prepare_retry(ctx, ref, args, r)
+            if found is not None:
+                _DUP.inc()
+                return ack(found.conv_id, cmid, found.seq, found.server_time, True)
+    except ImError:
+        raise
+    except Exception:
+        metrics.SENDS.labels("internal").inc()  # a bug: the caller logs it with its traceback
+        raise
     raise unavailable("the send could not be completed, try again")
 
 
-_DENIED = {
+async def _prepare_retry(
+    ctx: Context, ref: ConvRef, args: SendArgs, r: SendResult
+) -> SendDuplicate | None:
+    """Do the work a script answer asks for before the next attempt; returns the
+    original when PostgreSQL already holds this send. A store failure on the way is
+    ``unavailable``; anything else is a bug and propagates as it is."""
+    try:
+        match r:
+            case SendNeedsPermissions(epoch=epoch):
+                if not await permissions.load_send_permissions(ctx, ref, epoch):
+                    args.skip_perm = True
+            case SendNeedsSeqBlock():
+                await seqs.refill(ctx, ref)
+            case SendRedisReset():
+                await recovery.check_redis_epoch(ctx)
+            case SendCheckDedupe():
+                key = (args.sender_id, args.client_msg_id)
+                found = await ctx.dedupe_checker.submit(key)
+                if found is not None:
+                    await ctx.redis.set_dedupe(*key, found.conv_id, found.seq, found.server_time)
+                    return found
+                args.skip_cold = True
+            case _:
+                raise RuntimeError(f"settle left the final answer {r!r} unanswered")
+    except ImError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a store failure: `unavailable`; a bug: raised
+        store = failed_store(e)
+        if store is None:
+            raise
+        metrics.STORE_ERRORS.labels(store).inc()
+        if store == "redis":
+            raise unavailable("the message queue is unavailable, try again") from e
+        log.warning("send to %s could not complete (%r): %r", ref.conv_id, r, e)
+        raise unavailable("the database is unavailable, try again") from e
+    return None
+
+
+def failed_store(e: BaseException) -> str | None:
+    """Which store ``e`` says is unreachable or failing: 'redis', 'postgres', or None when
+    it is neither (a bug, which must surface as one rather than as `unavailable`).
+    Redis errors all come wrapped by redis-py; a bare OSError or timeout here comes from
+    the PostgreSQL driver connecting."""
+    if isinstance(e, RedisError):
+        return "redis"
+    if isinstance(e, _PG_FAILURES) or is_store_error(e):
+        return "postgres"
+    return None
+
+
+_PG_FAILURES = (
+    OperationalError,
+    InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,  # shutting down, starting up, statement timeout
+)
+_DENIED: dict[RefusalCode, str] = {
     "not_friends": "you are not friends (or one side removed the other)",
     "blocked": "the receiver blocked you",
     "not_member": "you are not a member of this conversation",
 }
 
 
-def dedupe_checker(ctx: Context) -> Coalescer[tuple[int, str], tuple[str, int, int] | None]:
+def dedupe_checker(engine: AsyncEngine) -> DedupeChecker:
     """Looks (sender, client_msg_id) pairs up in PostgreSQL, many per query: used only
     while a Redis that lost its data may have forgotten recent sends."""
 
-    async def run(pairs: list[tuple[int, str]]) -> list[tuple[str, int, int] | None]:
-        async with ctx.db.connect() as conn:
+    async def run(pairs: list[tuple[int, str]]) -> list[SendDuplicate | None]:
+        async with engine.connect() as conn:
             found = await msg_store.by_dedupe_keys(conn, pairs)
-        return [found.get(p) for p in pairs]
+        out: list[SendDuplicate | None] = []
+        for p in pairs:
+            hit = found.get(p)
+            out.append(SendDuplicate(*hit) if hit is not None else None)
+        return out
 
     return Coalescer(run, 500)
 

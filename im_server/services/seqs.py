@@ -5,17 +5,34 @@ so a seq is never handed out twice."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from im_server.context import Context
+from im_server.errors import is_store_error
 from im_server.ids import ConvRef
 from im_server.storage import conversations
+
+if TYPE_CHECKING:  # the context holds a SeqRefills, so it imports this module
+    from im_server.context import Context
+
+log = logging.getLogger("im_server.seqs")
+
+
+@dataclass(slots=True)
+class SeqRefills:
+    """This process's refills: the one in flight per conversation (callers share it)
+    and the conversations being topped up in the background."""
+
+    inflight: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    topping_up: set[str] = field(default_factory=set)
 
 
 async def refill(ctx: Context, ref: ConvRef) -> None:
     """Reserve the next block in PostgreSQL and install it in Redis. Concurrent callers
     of this process share one refill; across processes a Redis lock lets one refill at a
     time per conversation, so two blocks never race into a gap."""
-    inflight: dict[str, asyncio.Future[None]] = ctx.extra.setdefault("refills", {})
+    inflight = ctx.seq_refills.inflight
     fut = inflight.get(ref.conv_id)
     if fut is not None:
         await asyncio.shield(fut)
@@ -54,7 +71,7 @@ async def _refill(ctx: Context, ref: ConvRef) -> None:
 def refill_soon(ctx: Context, ref: ConvRef) -> None:
     """Top the block up in the background before it runs out, so sends keep their order
     instead of queueing behind a refill."""
-    pending: set[str] = ctx.extra.setdefault("refilling", set())
+    pending = ctx.seq_refills.topping_up
     if ref.conv_id in pending:
         return
     pending.add(ref.conv_id)
@@ -62,8 +79,11 @@ def refill_soon(ctx: Context, ref: ConvRef) -> None:
     async def _run() -> None:
         try:
             await refill(ctx, ref)
-        except Exception:  # noqa: BLE001 - the next send that runs dry refills in line
-            pass
+        except Exception as e:  # noqa: BLE001 - the next send that runs dry refills in line
+            if is_store_error(e):
+                log.debug("background seq refill of %s failed: %r", ref.conv_id, e)
+            else:
+                log.exception("background seq refill of %s failed", ref.conv_id)
         finally:
             pending.discard(ref.conv_id)
 

@@ -64,7 +64,7 @@ async def do_sync(
     wait = max(0.0, min(wait, WAIT_CAP_S))
     if wait <= 0:
         return await _page(ctx, user_id, since, limit, recent)
-    polls = ctx.extra["longpolls"]
+    polls = ctx.long_polls
     deadline = time.monotonic() + wait
     while True:
         # register before looking, so a change committed in between still wakes us

@@ -278,7 +278,11 @@ async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
     return int(v or 0)
 
 
-_MSG_COLS = "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+# The columns of a message row, in the order ``message_dict`` reads them (shared with the
+# history and sync queries).
+MESSAGE_COLUMNS = (
+    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+)
 
 
 def message_dict(row: Any) -> dict[str, Any]:
@@ -314,9 +318,10 @@ _UNREAD = (
 
 
 # A state's sync version: my own row's, the conversation's while I am in it (new
-# messages), and in a single chat the peer's row (its cursors).
-_VERSION = "GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END, COALESCE(pm.version, 0))"
-_PEER_JOIN = "LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id"
+# messages), and in a single chat the peer's row (its cursors), joined as ``pm`` by
+# PEER_JOIN (shared with the sync query).
+STATE_VERSION = "GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END, COALESCE(pm.version, 0))"
+PEER_JOIN = "LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id"
 
 
 async def states(
@@ -337,7 +342,7 @@ async def states(
     sql = f"""
         SELECT c.conv_id, c.conv_type, c.group_id, g.name,
                {_WIN_MIN} AS wmin, {_WIN_MAX} AS wmax, m.read_seq,
-               {_VERSION} AS version,
+               {STATE_VERSION} AS version,
                pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
@@ -345,9 +350,9 @@ async def states(
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
-        {_PEER_JOIN}
+        {PEER_JOIN}
         LEFT JOIN LATERAL (
-            SELECT {_MSG_COLS} FROM messages x
+            SELECT {MESSAGE_COLUMNS} FROM messages x
             WHERE x.conv_id = m.conv_id AND x.seq >= {_WIN_MIN}
               AND x.seq <= COALESCE(m.max_seq, 9223372036854775807)
             ORDER BY x.seq DESC LIMIT 1) lm ON true

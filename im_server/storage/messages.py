@@ -9,7 +9,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from im_server.storage.conversations import _MSG_COLS, message_dict
+from im_server.storage.conversations import MESSAGE_COLUMNS, message_dict
 
 
 @dataclass(slots=True)
@@ -152,7 +152,7 @@ async def message_range(
     order = "DESC" if descending else "ASC"
     r = await conn.execute(
         text(
-            f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq BETWEEN :b AND :e ORDER BY seq {order}"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = :c AND seq BETWEEN :b AND :e ORDER BY seq {order}"
         ),
         {"c": conv_id, "b": begin, "e": end},
     )
@@ -162,7 +162,7 @@ async def message_range(
 async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str, Any] | None:
     row = (
         await conn.execute(
-            text(f"SELECT {_MSG_COLS} FROM messages WHERE conv_id = :c AND seq = :q"),
+            text(f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conv_id = :c AND seq = :q"),
             {"c": conv_id, "q": seq},
         )
     ).first()

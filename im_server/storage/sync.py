@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from im_server.storage.conversations import _MSG_COLS, _PEER_JOIN, _VERSION, message_dict
+from im_server.storage.conversations import MESSAGE_COLUMNS, PEER_JOIN, STATE_VERSION, message_dict
 
 
 async def changed_since(
@@ -20,11 +20,11 @@ async def changed_since(
     r = await conn.execute(
         text(
             f"""
-            SELECT m.conv_id, {_VERSION} AS v, (SELECT version FROM sync_version WHERE id = 1) AS cur
+            SELECT m.conv_id, {STATE_VERSION} AS v, (SELECT version FROM sync_version WHERE id = 1) AS cur
               FROM conv_members m
               JOIN conversations c ON c.conv_id = m.conv_id
-              {_PEER_JOIN}
-             WHERE m.user_id = :u AND {_VERSION} > :since
+              {PEER_JOIN}
+             WHERE m.user_id = :u AND {STATE_VERSION} > :since
              ORDER BY 2, 1
              LIMIT :lim
             """
@@ -48,7 +48,7 @@ async def recent_messages(
             f"""
             SELECT x.* FROM unnest(CAST(:c AS text[]), CAST(:lo AS bigint[]), CAST(:hi AS bigint[])) AS w(c, lo, hi)
             CROSS JOIN LATERAL (
-                SELECT {_MSG_COLS} FROM messages
+                SELECT {MESSAGE_COLUMNS} FROM messages
                  WHERE conv_id = w.c AND seq BETWEEN w.lo AND w.hi
                  ORDER BY seq DESC LIMIT :n) x
             """

@@ -16,6 +16,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from im_server.storage.redis import keys
+from im_server.storage.redis.replies import (
+    ScriptReplyError,
+    SendResult,
+    dedupe_value,
+    parse_flag,
+    parse_int_pair,
+    parse_send,
+)
 
 log = logging.getLogger("im_server.redis")
 _SCRIPTS = Path(__file__).parent / "scripts"
@@ -64,7 +72,7 @@ class RedisStore:
             retry=Retry(NoBackoff(), 1),
         )
         # the persister parses stream entries itself (cheaper than the generic callback)
-        self.client.set_response_callback("XREADGROUP", _raw)  # type: ignore[arg-type]
+        self.client.set_response_callback("XREADGROUP", _raw)
         self._send = self.client.register_script((_SCRIPTS / "send_batch.lua").read_text())
         self._extend = self.client.register_script((_SCRIPTS / "extend_seq.lua").read_text())
         self._load_perm = self.client.register_script((_SCRIPTS / "load_perm.lua").read_text())
@@ -95,34 +103,44 @@ class RedisStore:
 
     # ---- send ----------------------------------------------------------------------------
 
-    async def send_many(self, items: list[SendArgs]) -> list[list[Any]]:
-        """Run the atomic send script for all items: one call per stream partition in the
-        batch (one round trip when they share one), answers in the items' order."""
+    async def send_many(self, items: list[SendArgs]) -> list[SendResult]:
+        """Run the atomic send script (``send_batch.lua``) for all items: one call per
+        stream partition in the batch (one round trip when they share one), answers in
+        the items' order. A reply off the script's contract raises ScriptReplyError."""
         cold = "1" if self.cold_until > time.time() * 1000 else "0"
         by_part: dict[int, list[int]] = {}
         for i, a in enumerate(items):
             by_part.setdefault(a.partition, []).append(i)
-        out: list[list[Any]] = [[] for _ in items]
+        if len(by_part) == 1:
+            return await self._send_part(items[0].partition, items, cold)
+        answers: dict[int, SendResult] = {}
         for part, idxs in by_part.items():
-            v: list[Any] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
-            for i in idxs:
-                a = items[i]
-                v.append(
-                    f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"
-                    f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
-                )
-            res = await self._send(keys=[keys.stream(part), keys.BOOT], args=v)
-            for i, r in zip(idxs, res, strict=True):
-                out[i] = r
-        return out
+            res = await self._send_part(part, [items[i] for i in idxs], cold)
+            answers.update(zip(idxs, res, strict=True))
+        return [answers[i] for i in range(len(items))]
+
+    async def _send_part(self, part: int, items: list[SendArgs], cold: str) -> list[SendResult]:
+        v: list[str | int] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
+        v.extend(keys.SEND_KEY_PIECES)
+        for a in items:
+            v.append(
+                f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"
+                f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
+            )
+        res = await self._send(keys=[keys.stream(part), keys.BOOT], args=v)
+        if not isinstance(res, list) or len(res) != len(items):
+            raise ScriptReplyError(f"send script: {len(items)} answers expected, got {res!r:.200}")
+        return [parse_send(r) for r in res]
 
     async def extend_seq(
         self, conv_id: str, old_reserved: int, new_reserved: int
     ) -> tuple[int, int]:
+        """Install the seq block (old_reserved, new_reserved] (``extend_seq.lua``):
+        (cur, lim) after the change."""
         r = await self._extend(
             keys=[keys.seq(conv_id)], args=[old_reserved, new_reserved, self.run_id]
         )
-        return int(r[0]), int(r[1])
+        return parse_int_pair(r, "extend_seq")
 
     async def lock_seq(self, conv_id: str, owner: str, ttl_ms: int = 5000) -> bool:
         return bool(await self.client.set(keys.seq_lock(conv_id), owner, nx=True, px=ttl_ms))
@@ -146,14 +164,17 @@ class RedisStore:
                 out[c] = int(v)
         return out
 
-    async def set_dedupe(self, sender_id: int, client_msg_id: str, value: str) -> None:
-        await self.client.set(keys.dedupe(sender_id, client_msg_id), value, ex=self.dedupe_ttl)
+    async def set_dedupe(
+        self, sender_id: int, client_msg_id: str, conv_id: str, seq: int, server_time: int
+    ) -> None:
+        """Remember where (sender, client_msg_id) went, as the send script does."""
+        await self.client.set(
+            keys.dedupe(sender_id, client_msg_id),
+            dedupe_value(conv_id, seq, server_time),
+            ex=self.dedupe_ttl,
+        )
 
     # ---- boot marker / cold dedupe window -------------------------------------------------
-
-    async def mark_boot(self) -> bool:
-        """Set the boot marker; True when it was missing (new or flushed Redis)."""
-        return bool(await self.client.set(keys.BOOT, self.run_id or "1", nx=True))
 
     async def boot_run_id(self) -> str | None:
         v = await self.client.get(keys.BOOT)
@@ -177,7 +198,7 @@ class RedisStore:
         for uid, st in statuses.items():
             args.extend((uid, st))
         r = await self._load_perm(keys=[keys.perm(conv_id), keys.perm_epoch(conv_id)], args=args)
-        return bool(r)
+        return parse_flag(r, "load_perm")
 
     async def perm_status(self, conv_id: str, user_id: int) -> str | None:
         """The cached send permission: 'ok', a refusal code, 'not_member' when the cache
@@ -210,7 +231,7 @@ class RedisStore:
         r = await self._lease(
             keys=[keys.persister_lease(partition)], args=[owner, ttl_ms, "1" if release else "0"]
         )
-        return bool(r)
+        return parse_flag(r, "lease")
 
     async def ensure_group(self, partition: int) -> None:
         try:
@@ -267,7 +288,7 @@ class RedisStore:
         pipe = self.client.pipeline(transaction=False)
         for key, limit in limits:
             await self._take(keys=[key], args=[limit, window_s], client=pipe)
-        return [bool(x) for x in await pipe.execute()]
+        return [parse_flag(x, "attempt_take") for x in await pipe.execute()]
 
     async def settle_attempts(self, give: list[str], clear: list[str]) -> None:
         """Give an attempt back on the ``give`` counters (``attempt_give.lua``) and drop
@@ -308,14 +329,3 @@ class RedisStore:
 
     async def expire_long_polls(self) -> None:
         await self.client.zremrangebyscore(keys.LONG_POLLS, 0, int(time.time() * 1000))
-
-    async def publish_many(self, items: list[tuple[str, str]]) -> None:
-        if not items:
-            return
-        if len(items) == 1:
-            await self.client.publish(*items[0])
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for ch, data in items:
-            pipe.publish(ch, data)
-        await pipe.execute()

@@ -1,7 +1,7 @@
 -- Install a seq block reserved in PostgreSQL: seqs (old_reserved, new_reserved] may now
 -- be handed out. A cold counter (missing, or written under another Redis run) restarts
 -- just above everything ever reserved before, so no seq is reused after a data loss.
--- KEYS[1] seq hash im:seq:{conv}
+-- KEYS[1] seq hash (keys.seq)
 -- ARGV: old_reserved, new_reserved, redis_run_id
 -- Returns {cur, lim} after the change.
 local s = redis.call('HMGET', KEYS[1], 'cur', 'lim', 'rid')

@@ -1,6 +1,6 @@
 -- Take or renew a lease: one persister at a time consumes a stream partition, so the
 -- messages of a conversation are written in seq order.
--- KEYS[1] lease key im:plk:{p<partition>}
+-- KEYS[1] lease key (keys.persister_lease)
 -- ARGV[1] owner, ARGV[2] ttl_ms, ARGV[3] "1" to release instead
 -- Returns 1 when the caller holds the lease (or released it), 0 otherwise.
 local cur = redis.call('GET', KEYS[1])

@@ -2,8 +2,8 @@
 -- The loader read the epoch before querying PostgreSQL; every change bumps the epoch
 -- and deletes the hash, so a load that raced a change is dropped instead of caching
 -- stale rights.
--- KEYS[1] permission hash im:perm:{conv}
--- KEYS[2] perm epoch      im:pe:{conv}
+-- KEYS[1] permission hash (keys.perm)
+-- KEYS[2] perm epoch      (keys.perm_epoch)
 -- ARGV: epoch_seen, ttl_seconds, then pairs user_id, status
 -- Returns 1 if written, 0 if dropped.
 local cur = redis.call('GET', KEYS[2]) or '0'

@@ -1,22 +1,24 @@
 -- Atomic sends, many per call: for each send, dedupe (sender, client_msg_id), check the
 -- sender's permission, allocate the conversation's next seq and queue the message on the
 -- stream. One round trip for a whole batch of sends arriving together.
--- KEYS[1] stream      im:stream:{p<partition>} (one partition per call)
--- KEYS[2] boot marker im:boot
--- Per send, the script derives its keys from the conversation (all in the
--- conversation's {conv_id} slot, except the dedupe key):
---   im:dd:<sender>:<client_msg_id>  dedupe         ("conv|seq|server_time", with a TTL)
---   im:seq:{conv}                   seq hash        fields cur, lim, rid
---   im:perm:{conv}                  permission hash field <user_id> -> "ok" | code; "_l" = loaded
---   im:pe:{conv}                    permission epoch
+-- KEYS[1] stream      (one partition per call)
+-- KEYS[2] boot marker
+-- Per send, the script joins its keys from pieces of the key templates around their
+-- parts (keys.SEND_KEY_PIECES: the layout is spelled in keys.py only), all in the
+-- conversation's {conv_id} slot except the dedupe key:
+--   ARGV[5..7]   dedupe          sender, client_msg_id -> "conv|seq|server_time", with a TTL
+--   ARGV[8..9]   seq hash        conv: fields cur, lim, rid
+--   ARGV[10..11] permission hash conv: field <user_id> -> "ok" | code; "_l" = loaded
+--   ARGV[12..13] perm epoch      conv
 -- ARGV[1] redis_run_id, ARGV[2] cold ("1": dedupe may be missing here, ask PostgreSQL
 -- first), ARGV[3] dedupe_ttl_seconds, ARGV[4] low_water (refill the seq block in the
--- background when fewer seqs than this remain), then one value per send: its fields
--- joined by NUL: conv_id, sender_id, client_msg_id, content_type, content_json,
--- server_time, skip_perm ("1" = a server-made message, or a single chat whose lookup
--- failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text never holds a raw NUL, nor do the other fields.) A queued send
--- becomes the stream entry {q: seq, d: that value}.
--- Returns one entry per send:
+-- background when fewer seqs than this remain), then from ARGV[14] one value per send:
+-- its fields joined by NUL: conv_id, sender_id, client_msg_id, content_type,
+-- content_json, server_time, skip_perm ("1" = a server-made message, or a single chat
+-- whose lookup failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text
+-- never holds a raw NUL, nor do the other fields.) A queued send becomes the stream
+-- entry {q: seq, d: that value}.
+-- Returns one entry per send (parsed by replies.parse_send):
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
 --   {"denied", code}                not_friends | blocked | not_member
@@ -37,14 +39,16 @@ local function split(s)
   end
 end
 
+local dd1, dd2, dd3 = ARGV[5], ARGV[6], ARGV[7]
+local seq1, seq2, perm1, perm2, pe1, pe2 = ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 local out = {}
 local booted = redis.call('EXISTS', KEYS[2]) == 1
-for i = 5, #ARGV do
+for i = 14, #ARGV do
   local a = split(ARGV[i])
   local conv, sender, cmid, ts = a[1], a[2], a[3], a[6]
-  local kdd = 'im:dd:' .. sender .. ':' .. cmid
-  local kseq = 'im:seq:{' .. conv .. '}'
-  local kperm = 'im:perm:{' .. conv .. '}'
+  local kdd = dd1 .. sender .. dd2 .. cmid .. dd3
+  local kseq = seq1 .. conv .. seq2
+  local kperm = perm1 .. conv .. perm2
   local res
   local dup = redis.call('GET', kdd)
   if dup then
@@ -56,7 +60,7 @@ for i = 5, #ARGV do
       local st = redis.call('HGET', kperm, sender)
       if not st then
         if redis.call('HEXISTS', kperm, '_l') == 0 then
-          res = {'perm_cold', redis.call('GET', 'im:pe:{' .. conv .. '}') or '0'}
+          res = {'perm_cold', redis.call('GET', pe1 .. conv .. pe2) or '0'}
         else
           res = {'denied', 'not_member'}
         end
