@@ -18,7 +18,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from im_server import __version__
-from im_server.api import accounts, conversations, friends, groups, ops, sync
+from im_server.api import accounts, conversations, friends, groups, ops, protocol, sync
+from im_server.api.parsing import validation_status
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.errors import ImError, is_store_error
@@ -29,6 +30,7 @@ from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
 from im_server.metrics_access import MetricsListener
+from im_server.protocol.close_codes import CloseCode
 from im_server.services import read, send
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import Buckets
@@ -40,7 +42,7 @@ from im_server.workers.receipts import ReceiptPusher
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
-CLOSE_RESTART = 1012
+CLOSE_RESTART = CloseCode.RESTART
 
 TAGS = [
     {"name": "accounts", "description": "Users, sessions (bearer tokens)."},
@@ -52,6 +54,7 @@ TAGS = [
         "description": "Catch-up for devices: changed states since a version, long polls.",
     },
     {"name": "operations", "description": "Health, readiness, metrics."},
+    {"name": "protocol", "description": "The WebSocket frames, as a JSON Schema."},
 ]
 
 
@@ -162,7 +165,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if where
             else str(first.get("msg", "invalid request"))
         )
-        return JSONResponse({"error": {"code": "bad_request", "message": msg}}, status_code=422)
+        return JSONResponse(
+            {"error": {"code": "bad_request", "message": msg}}, status_code=validation_status(errs)
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -184,6 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         groups.router,
         conversations.router,
         sync.router,
+        protocol.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():

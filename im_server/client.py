@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import httpx
@@ -130,6 +130,10 @@ class ConnectionLost(ConnectionError):
 class Connection:
     """One WebSocket: a reader task parses frames and routes them (see module doc)."""
 
+    frame_hooks: ClassVar[list[Callable[[bytes], None]]] = []
+    """Called with every frame received, before it is routed, on every connection (the
+    test suite checks each against the server's published frame schema)."""
+
     def __init__(
         self,
         ws: ClientConnection,
@@ -185,6 +189,8 @@ class Connection:
             self.closed.set()
 
     def _dispatch(self, raw: bytes) -> None:
+        for hook in self.frame_hooks:
+            hook(raw)
         try:
             frame = orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -17,6 +17,7 @@ from redis.asyncio.client import PubSub
 from im_server import metrics
 from im_server.context import Context
 from im_server.gateway.hub import Hub
+from im_server.protocol.close_codes import CloseCode
 from im_server.services.notify import SYNC_WAKE
 from im_server.storage.redis import keys
 from im_server.storage.redis.store import RedisStore
@@ -24,7 +25,7 @@ from im_server.storage.redis.store import RedisStore
 log = logging.getLogger("im_server.fanout")
 HEARTBEAT_S = 1.0
 NODE_TTL_MS = 5000
-CLOSE_UNAUTHORIZED = 4401
+CLOSE_UNAUTHORIZED = CloseCode.UNAUTHORIZED
 
 
 class Fanout:
