@@ -18,7 +18,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from im_server import __version__
-from im_server.api import accounts, conversations, friends, groups, ops, sync
+from im_server.api import accounts, conversations, friends, groups, ops, protocol, sync
+from im_server.api.parsing import validation_status
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.errors import ImError, is_store_error
@@ -30,6 +31,7 @@ from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
 from im_server.metrics import STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
+from im_server.protocol.close_codes import CloseCode
 from im_server.services import read, recovery, send
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import RateLimits
@@ -42,7 +44,7 @@ from im_server.workers.receipts import ReceiptPusher
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
-CLOSE_RESTART = 1012
+CLOSE_RESTART = CloseCode.RESTART
 EPOCH_CHECK_S = 1.0  # a Redis that lost its data is noticed within a second
 LONG_POLL_EXPIRY_S = 30.0
 STREAM_DEPTH_S = 5.0
@@ -57,6 +59,7 @@ TAGS = [
         "description": "Catch-up for devices: changed states since a version, long polls.",
     },
     {"name": "operations", "description": "Health, readiness, metrics."},
+    {"name": "protocol", "description": "The WebSocket frames, as a JSON Schema."},
 ]
 
 
@@ -189,7 +192,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if where
             else str(first.get("msg", "invalid request"))
         )
-        return JSONResponse({"error": {"code": "bad_request", "message": msg}}, status_code=422)
+        return JSONResponse(
+            {"error": {"code": "bad_request", "message": msg}}, status_code=validation_status(errs)
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -211,6 +216,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         groups.router,
         conversations.router,
         sync.router,
+        protocol.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():

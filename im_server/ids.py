@@ -1,31 +1,24 @@
-"""Conversation ids: ``s:<a>:<b>`` (a < b) for single chats, ``g:<group_id>`` for groups."""
+"""Conversation ids: ``s:<a>:<b>`` (a < b) for single chats, ``g:<group_id>`` for groups.
+
+The rule itself lives with the other wire types (``protocol/types.py``, :func:`conv_ref`);
+this module builds ids and turns a bad one into a ``bad_request``."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from im_server.errors import bad_request
+from im_server.protocol.types import CONV_ID_RULE, MAX_INT64, ConvRef, conv_ref
+from im_server.protocol.types import valid_client_msg_id as valid_client_msg_id
 
-_SINGLE = re.compile(r"^s:([1-9][0-9]{0,18}):([1-9][0-9]{0,18})$")
-_GROUP = re.compile(r"^g:([1-9][0-9]{0,18})$")
-_CMID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_ID = 2**63 - 1
+MAX_ID = MAX_INT64
 
-
-@dataclass(frozen=True, slots=True)
-class ConvRef:
-    conv_id: str
-    kind: str  # "single" | "group"
-    a: int = 0  # single: the smaller user id
-    b: int = 0  # single: the larger user id
-    group_id: int = 0
-
-    def peer_of(self, user_id: int) -> int:
-        return self.b if user_id == self.a else self.a
-
-    def has_user(self, user_id: int) -> bool:
-        return self.kind == "single" and user_id in (self.a, self.b)
+__all__ = [
+    "MAX_ID",
+    "ConvRef",
+    "group_conv_id",
+    "parse_conv_id",
+    "single_conv_id",
+    "valid_client_msg_id",
+]
 
 
 def single_conv_id(u1: int, u2: int) -> str:
@@ -39,18 +32,9 @@ def group_conv_id(group_id: int) -> str:
 
 def parse_conv_id(conv_id: object) -> ConvRef:
     """Parse and validate; any other shape is a ``bad_request``."""
-    if not isinstance(conv_id, str) or len(conv_id) > 45:
-        raise bad_request("conv_id must be 's:<a>:<b>' with a < b or 'g:<group_id>'")
-    m = _SINGLE.fullmatch(conv_id)
-    if m:
-        a, b = int(m.group(1)), int(m.group(2))
-        if a < b <= MAX_ID:
-            return ConvRef(conv_id, "single", a=a, b=b)
-    m = _GROUP.fullmatch(conv_id)
-    if m and int(m.group(1)) <= MAX_ID:
-        return ConvRef(conv_id, "group", group_id=int(m.group(1)))
-    raise bad_request("conv_id must be 's:<a>:<b>' with a < b or 'g:<group_id>'")
-
-
-def valid_client_msg_id(value: object) -> bool:
-    return isinstance(value, str) and _CMID.fullmatch(value) is not None
+    if not isinstance(conv_id, str):
+        raise bad_request(f"conv_id {CONV_ID_RULE}")
+    try:
+        return conv_ref(conv_id)
+    except ValueError:
+        raise bad_request(f"conv_id {CONV_ID_RULE}") from None

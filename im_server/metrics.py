@@ -81,3 +81,9 @@ TOKEN_RECHECK_CLOSED = Counter(
     "im_token_recheck_closed_total",
     "WebSockets closed (4401) by the periodic re-check: their token was revoked or idle",
 )
+WS_HANDLER_ERRORS = Counter(
+    "im_ws_handler_errors_total",
+    "Bugs in the WebSocket handlers (exceptions other than refusals, store faults and "
+    "clients that went away), by where they happened",
+    ["where"],
+)

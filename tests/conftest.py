@@ -3,10 +3,14 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
+import jsonschema_rs
+import orjson
 import pytest
 
-from im_server.client import Client
+from im_server.client import Client, Connection
 from tests.support import ServerProcess, Stores, befriend, new_user
 
 
@@ -53,3 +57,61 @@ async def pair(alice: Client, bob: Client) -> tuple[Client, Client, str]:
 @pytest.fixture
 def tmp_data(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# -- every frame a test client receives is checked against the WebSocket frame schema -----
+# (the schema the shared server publishes; tests that run servers of their own use the one
+# generated in-process from the same models, which test_ws_schema.py proves is the same).
+# A frame that breaks it fails the test that received it. IM_TEST_VALIDATE_FRAMES=0: off.
+
+
+@pytest.fixture(scope="session")
+def ws_schema(server: ServerProcess) -> dict[str, Any]:
+    r = httpx.get(f"{server.url}/v1/protocol/ws-schema", timeout=30)
+    assert r.status_code == 200, r.text
+    schema: dict[str, Any] = r.json()
+    return schema
+
+
+def server_frame_validator(schema: dict[str, Any]) -> jsonschema_rs.Draft202012Validator:
+    """Server frames only: a server must never send what only a client may send."""
+    return jsonschema_rs.Draft202012Validator(
+        {"$schema": schema["$schema"], "$ref": "#/$defs/server_frame", "$defs": schema["$defs"]}
+    )
+
+
+@pytest.fixture(autouse=True)
+def _validate_server_frames(request: pytest.FixtureRequest) -> Iterator[None]:
+    if os.environ.get("IM_TEST_VALIDATE_FRAMES", "1") == "0":
+        yield
+        return
+    if "server" in request.fixturenames:
+        schema = request.getfixturevalue("ws_schema")
+    else:
+        from im_server.protocol.schema import ws_schema
+
+        schema = ws_schema()
+    validator = server_frame_validator(schema)
+    bad: list[str] = []
+
+    def check(raw: bytes) -> None:
+        try:
+            frame = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            bad.append(f"not JSON: {raw[:300]!r}")
+            return
+        error = next(validator.iter_errors(frame), None)
+        if error is not None:
+            bad.append(f"{raw[:300]!r}: {error.message} (at {list(error.instance_path)})")
+
+    Connection.frame_hooks.append(check)
+    try:
+        yield
+    finally:
+        Connection.frame_hooks.remove(check)
+    if bad:
+        pytest.fail(
+            f"{len(bad)} frame(s) from the server break the WebSocket frame schema:\n"
+            + "\n".join(bad[:10]),
+            pytrace=False,
+        )

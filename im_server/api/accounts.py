@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id, client_host
 from im_server.api.parsing import StrictJsonRoute
+from im_server.api.responses import PublicUser, Registered, SessionInfo, SessionToken
 from im_server.api.schemas import NewSession, NewUser, PasswordChange
 from im_server.services import accounts
 
@@ -18,13 +19,14 @@ router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_clas
 DevicePath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
-@router.post("/users", status_code=201, summary="Register a user")
+@router.post("/users", status_code=201, response_model=Registered, summary="Register a user")
 async def register(body: NewUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.do_register(ctx, body.username, body.password, body.display_name)
 
 
 @router.post(
     "/sessions",
+    response_model=SessionToken,
     summary="Log in: a bearer token for this device (replaces the device's session)",
     responses={429: {"description": "rate_limited: too many failed logins"}},
 )
@@ -34,7 +36,11 @@ async def login(body: NewSession, ctx: Ctx, request: Request) -> dict[str, Any]:
     )
 
 
-@router.get("/sessions", summary="My live sessions, one per device")
+@router.get(
+    "/sessions",
+    response_model=list[SessionInfo],
+    summary="My live sessions, one per device",
+)
 async def list_sessions(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await accounts.sessions(ctx, caller.user_id, caller.token)
 
@@ -65,7 +71,7 @@ async def revoke_device(device_id: DevicePath, caller: CurrentUser, ctx: Ctx) ->
     return Response(status_code=204)
 
 
-@router.get("/me", summary="Who am I")
+@router.get("/me", response_model=PublicUser, summary="Who am I")
 async def me(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.me(ctx, caller.user_id)
 
@@ -90,13 +96,21 @@ async def change_password(
     return Response(status_code=204)
 
 
-@router.get("/users/lookup", summary="Find a user by username (compared as at registration)")
+@router.get(
+    "/users/lookup",
+    response_model=PublicUser,
+    summary="Find a user by username (compared as at registration)",
+)
 async def lookup_user(
     username: Annotated[str, Query(min_length=1, max_length=256)], caller: CurrentUser, ctx: Ctx
 ) -> dict[str, Any]:
     return await accounts.lookup(ctx, username)
 
 
-@router.get("/users/{user_id}", summary="A user's public profile (username, display name)")
+@router.get(
+    "/users/{user_id}",
+    response_model=PublicUser,
+    summary="A user's public profile (username, display name)",
+)
 async def user_profile(user_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.profile(ctx, user_id)

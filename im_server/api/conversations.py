@@ -8,9 +8,19 @@ from fastapi import APIRouter, Request, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.parsing import StrictJsonRoute, parse_uint, query_uint
+from im_server.api.responses import (
+    Cleared,
+    ConversationState,
+    HistoryPage,
+    ReadResult,
+    Recalled,
+    Receipts,
+    Unread,
+)
 from im_server.api.schemas import ReadBody, SendBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
+from im_server.protocol.server_frames import AckOk
 from im_server.services import conversations, history, read, send
 from im_server.services.recall import do_recall
 
@@ -24,13 +34,18 @@ def _seq_path(raw: str) -> int:
     return parse_uint(raw, "seq", minimum=1)
 
 
-@router.get("/conversations", summary="My conversation states (hidden ones left out)")
+@router.get(
+    "/conversations",
+    response_model=list[ConversationState],
+    summary="My conversation states (hidden ones left out)",
+)
 async def list_conversations(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await conversations.list_states(ctx, caller.user_id)
 
 
 @router.get(
     "/conversations/{conv_id}/messages",
+    response_model=HistoryPage,
     summary="History by seq range, clamped to my window",
     description="Query: begin, end, limit (default 50, capped), order=asc|desc. Keeps the seqs nearest `end`.",
 )
@@ -55,31 +70,28 @@ async def get_messages(
     "/conversations/{conv_id}/messages",
     summary="Send a message (the same pipeline and ack as the WebSocket)",
 )
-async def post_message(
-    conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx
-) -> dict[str, Any]:
-    data = {
-        "conv_id": conv_id,
-        "client_msg_id": body.client_msg_id,
-        "content_type": body.content_type,
-        "content": body.content,
-    }
-    ref, cmid, ctype, content_json = send.check_send(ctx, caller.user_id, data)
-    return await send.do_send(ctx, caller.user_id, ref, cmid, ctype, content_json)
+async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx) -> AckOk:
+    ref = parse_conv_id(conv_id)
+    content_json = send.check_send(ctx, caller.user_id, ref, body.content)
+    return await send.do_send(
+        ctx, caller.user_id, ref, body.client_msg_id, body.content_type, content_json
+    )
 
 
 @router.post(
     "/conversations/{conv_id}/read",
     summary="Report read up to seq: the cursor only moves forward; answers once durable",
 )
-async def post_read(conv_id: str, body: ReadBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    ref, seq = read.check_cursor(conv_id, body.seq)
-    res = await read.do_cursor(ctx, "read", caller.user_id, ref, seq)
-    return {"conv_id": ref.conv_id, "read_seq": res.value}
+async def post_read(conv_id: str, body: ReadBody, caller: CurrentUser, ctx: Ctx) -> ReadResult:
+    ref = parse_conv_id(conv_id)
+    res = await read.do_cursor(ctx, "read", caller.user_id, ref, body.seq)
+    return ReadResult(conv_id=ref.conv_id, read_seq=res.value)
 
 
 @router.get(
     "/conversations/{conv_id}/messages/{seq}/receipts",
+    response_model=Receipts,
+    response_model_exclude_none=True,
     summary="Who read a message (from the members' cursors), by group size tier",
 )
 async def get_receipts(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
@@ -88,6 +100,7 @@ async def get_receipts(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) ->
 
 @router.post(
     "/conversations/{conv_id}/clear",
+    response_model=Cleared,
     summary="Clear my side: my window starts after the current end",
 )
 async def clear(conv_id: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
@@ -106,12 +119,17 @@ async def hide(conv_id: str, caller: CurrentUser, ctx: Ctx) -> Response:
 
 @router.post(
     "/conversations/{conv_id}/messages/{seq}/recall",
+    response_model=Recalled,
     summary="Recall my message (within the recall window): a recall notice, the original blanked",
 )
 async def recall(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await do_recall(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
 
 
-@router.get("/unread", summary="Unread counts of every conversation, from one SQL statement")
+@router.get(
+    "/unread",
+    response_model=Unread,
+    summary="Unread counts of every conversation, from one SQL statement",
+)
 async def unread(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await conversations.unread(ctx, caller.user_id)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.parsing import StrictJsonRoute
+from im_server.api.responses import Conversation, Friend, FriendRequests, FriendRequestSent
 from im_server.api.schemas import FriendRequestBody
 from im_server.services import contacts
 
@@ -19,23 +20,31 @@ router = APIRouter(
 @router.post(
     "/requests",
     status_code=201,
+    response_model=FriendRequestSent,
+    response_model_exclude_none=True,
     summary="Ask someone to be friends (accepts their pending request to you)",
 )
 async def request_friend(body: FriendRequestBody, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await contacts.do_request_friend(ctx, caller.user_id, body.to_user_id, body.note)
 
 
-@router.get("/requests", summary="Pending requests, to me and from me")
+@router.get(
+    "/requests", response_model=FriendRequests, summary="Pending requests, to me and from me"
+)
 async def list_requests(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await contacts.requests(ctx, caller.user_id)
 
 
-@router.post("/requests/{request_id}/accept", summary="Accept a request: the single chat's conv_id")
+@router.post(
+    "/requests/{request_id}/accept",
+    response_model=Conversation,
+    summary="Accept a request: the single chat's conv_id",
+)
 async def accept(request_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await contacts.do_accept(ctx, caller.user_id, request_id)
 
 
-@router.get("", summary="My friends, without those I removed")
+@router.get("", response_model=list[Friend], summary="My friends, without those I removed")
 async def list_friends(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await contacts.friends(ctx, caller.user_id)
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.parsing import StrictJsonRoute
+from im_server.api.responses import GroupCreated, GroupMember, MembersAdded, RoleSet
 from im_server.api.schemas import AddMembers, NewGroup, RoleBody
 from im_server.services import groups
 
@@ -16,17 +17,30 @@ router = APIRouter(
 )
 
 
-@router.post("", status_code=201, summary="Create a group; the creator is its owner")
+@router.post(
+    "",
+    status_code=201,
+    response_model=GroupCreated,
+    summary="Create a group; the creator is its owner",
+)
 async def create_group(body: NewGroup, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await groups.do_create_group(ctx, caller.user_id, body.name, body.member_ids)
 
 
-@router.get("/{group_id}/members", summary="The group's current members and roles")
+@router.get(
+    "/{group_id}/members",
+    response_model=list[GroupMember],
+    summary="The group's current members and roles",
+)
 async def members(group_id: Id, caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await groups.list_members(ctx, caller.user_id, group_id)
 
 
-@router.post("/{group_id}/members", summary="Add members, with or without history (owner/admins)")
+@router.post(
+    "/{group_id}/members",
+    response_model=MembersAdded,
+    summary="Add members, with or without history (owner/admins)",
+)
 async def add_members(
     group_id: Id, body: AddMembers, caller: CurrentUser, ctx: Ctx
 ) -> dict[str, Any]:
@@ -52,7 +66,9 @@ async def leave(group_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
 
 
 @router.put(
-    "/{group_id}/members/{user_id}/role", summary="Make a member admin or member again (owner only)"
+    "/{group_id}/members/{user_id}/role",
+    response_model=RoleSet,
+    summary="Make a member admin or member again (owner only)",
 )
 async def set_role(
     group_id: Id, user_id: Id, body: RoleBody, caller: CurrentUser, ctx: Ctx

@@ -6,12 +6,15 @@
 - Integers in paths and queries are ASCII digits only: Python's ``int()`` and pydantic's
   lax mode also take ``1_0``, ``+10``, `` 10`` and full-width digits, which a client never
   means and a cache or a proxy would read differently.
+- Body fields are typed strictly (``api/schemas.py``); a validation failure is ``422``
+  when the body is not a JSON object or lacks a field, ``400`` when a field has the wrong
+  type or value (:func:`validation_status`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
 import orjson
@@ -20,7 +23,7 @@ from fastapi.routing import APIRoute
 from pydantic import BeforeValidator
 
 from im_server.errors import bad_request
-from im_server.ids import MAX_ID
+from im_server.protocol.types import MAX_INT64
 
 _UINT = re.compile(r"[0-9]{1,19}")
 _DECIMAL = re.compile(r"[0-9]{1,19}(?:\.[0-9]{1,9})?")
@@ -47,7 +50,7 @@ class StrictJsonRoute(APIRoute):
         return strict
 
 
-def parse_uint(raw: str, name: str, *, minimum: int = 0, maximum: int = MAX_ID) -> int:
+def parse_uint(raw: str, name: str, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
     """A non-negative integer written in ASCII digits, within [minimum, maximum]."""
     if not _UINT.fullmatch(raw):
         raise bad_request(f"{name} must be an integer (ASCII digits)")
@@ -83,4 +86,20 @@ def _ascii_id(value: object) -> object:
 
 
 # a server-chosen id in a path: a positive 64-bit integer in ASCII digits
-Id = Annotated[int, BeforeValidator(_ascii_id), Path(ge=1, le=MAX_ID)]
+Id = Annotated[int, BeforeValidator(_ascii_id), Path(ge=1, le=MAX_INT64)]
+
+
+_NOT_A_VALUE = frozenset({"missing", "json_invalid"})
+
+
+def validation_status(errors: Sequence[Any]) -> int:
+    """The status of a refused request: ``400`` when the first error is a body field of
+    the wrong type or value (the request was understood, one value is wrong), ``422`` for
+    malformed JSON, a body that is not an object, a missing field, or a bad path."""
+    first = errors[0] if errors else None
+    if not isinstance(first, dict):
+        return 422
+    loc = tuple(first.get("loc", ()))
+    if len(loc) >= 2 and loc[0] == "body" and first.get("type") not in _NOT_A_VALUE:
+        return 400
+    return 422

@@ -1,91 +1,99 @@
-"""Request bodies (pydantic) of the REST API; their examples feed the OpenAPI page."""
+"""Request bodies of the REST API, built from the wire types of ``protocol/types.py``;
+their examples feed the OpenAPI page.
+
+Strict, like WebSocket frames: ``true`` is not an integer, ``1.0`` is not an integer,
+``5`` is not a string. Unknown fields are ignored. A wrong type or value is answered
+``400``; a missing field ``422`` (see ``parsing.validation_status``). Username, password,
+display name, note and group name rules (Unicode, lengths) stay with the services, which
+answer them with specific messages."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
+
+from im_server.protocol.client_frames import check_text_content
+from im_server.protocol.types import (
+    ClientContentType,
+    ClientMsgId,
+    JsonObject,
+    ReportedSeq,
+    UserId,
+)
+
+
+def _body(*examples: JsonDict) -> ConfigDict:
+    return ConfigDict(strict=True, extra="ignore", json_schema_extra={"examples": list(examples)})
 
 
 class NewUser(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"username": "alice", "password": "correct horse"}]}
-    )
-    username: Any = Field(
+    model_config = _body({"username": "alice", "password": "correct horse"})
+    username: str = Field(
         description="3-32 characters (NFKC; a wide character counts as two) of Unicode "
         "letters, marks, digits, '_', '.', '-'; unique regardless of case"
     )
-    password: Any = Field(description="8-256 characters")
-    display_name: Any = None
+    password: str = Field(description="8-256 characters")
+    display_name: str | None = Field(None, description="1-64 characters; the username if absent")
 
 
 class NewSession(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"username": "alice", "password": "correct horse", "device_id": "phone"}]
-        }
+    model_config = _body({"username": "alice", "password": "correct horse", "device_id": "phone"})
+    username: str
+    password: str
+    device_id: str | None = Field(
+        None, description="1-64 of [A-Za-z0-9_.:-]; 16 random hex characters if absent"
     )
-    username: Any
-    password: Any
-    device_id: Any = None
 
 
 class PasswordChange(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"old_password": "correct horse", "new_password": "battery staple"}]
-        }
-    )
-    old_password: Any
-    new_password: Any = Field(description="8-256 characters")
+    model_config = _body({"old_password": "correct horse", "new_password": "battery staple"})
+    old_password: str
+    new_password: str = Field(description="8-256 characters")
 
 
 class FriendRequestBody(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"to_user_id": 2, "note": "hi, it's Alice"}]}
-    )
-    to_user_id: Any
-    note: Any = None
+    model_config = _body({"to_user_id": 2, "note": "hi, it's Alice"})
+    to_user_id: UserId
+    note: str | None = Field(None, description="at most 256 characters")
 
 
 class NewGroup(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"name": "team", "member_ids": [2, 3]}]}
+    model_config = _body({"name": "team", "member_ids": [2, 3]})
+    name: str = Field(description="1-64 characters after trimming")
+    member_ids: list[UserId] = Field(
+        default_factory=list, description="at most 5000; the creator and duplicates ignored"
     )
-    name: Any
-    member_ids: Any = Field(default_factory=list)
 
 
 class AddMembers(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"user_ids": [4], "with_history": False}]}
-    )
-    user_ids: Any
-    with_history: Any = False
+    model_config = _body({"user_ids": [4], "with_history": False})
+    user_ids: list[UserId] = Field(description="1-5000 user ids")
+    with_history: bool = False
 
 
 class SendBody(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "client_msg_id": "6f1c2b0e9a",
-                    "content_type": "text",
-                    "content": {"text": "hello"},
-                }
-            ]
-        }
+    """The fields of the WebSocket ``send`` frame; the path names the conversation."""
+
+    model_config = _body(
+        {"client_msg_id": "6f1c2b0e9a", "content_type": "text", "content": {"text": "hello"}}
     )
-    client_msg_id: Any
-    content_type: Any = "text"
-    content: Any = None
+    client_msg_id: ClientMsgId
+    content_type: ClientContentType = "text"
+    content: JsonObject
+
+    @model_validator(mode="after")
+    def _text_rule(self) -> SendBody:
+        check_text_content(self.content_type, self.content)
+        return self
 
 
 class ReadBody(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"seq": 42}]})
-    seq: Any
+    model_config = _body({"seq": 42})
+    seq: ReportedSeq
 
 
 class RoleBody(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"role": "admin"}]})
-    role: Any
+    model_config = _body({"role": "admin"})
+    role: Literal["admin", "member"]

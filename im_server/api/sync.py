@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.parsing import StrictJsonRoute, query_decimal, query_uint
+from im_server.api.responses import SyncPage
 from im_server.errors import bad_request
 from im_server.services import sync
 
@@ -24,6 +25,7 @@ def _bounded(value: float | None, default: float, lo: float, hi: float, name: st
 
 @router.get(
     "/sync",
+    response_model=SyncPage,
     summary="States changed after version `since` (oldest first), each with its newest messages",
     description=(
         "since=0 is the snapshot for a new device. wait=S long-polls up to S seconds (capped at 30) when "

@@ -17,7 +17,7 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import orjson
@@ -76,6 +76,10 @@ async def open_connection(
 class Connection:
     """One WebSocket: a reader task parses frames and routes them (see module doc)."""
 
+    frame_hooks: ClassVar[list[Callable[[bytes], None]]] = []
+    """Called with every frame received, before it is routed, on every connection (the
+    test suite checks each against the server's published frame schema)."""
+
     def __init__(
         self,
         ws: ClientConnection,
@@ -133,6 +137,8 @@ class Connection:
 
     def _dispatch(self, raw: bytes) -> None:
         """Route one frame received from the server (every frame passes here)."""
+        for hook in self.frame_hooks:
+            hook(raw)
         try:
             frame = orjson.loads(raw)
         except orjson.JSONDecodeError:

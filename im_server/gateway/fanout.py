@@ -15,6 +15,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.gateway.hub import Hub
+from im_server.protocol.close_codes import CloseCode
 from im_server.storage.redis import pubsub
 from im_server.storage.redis.store import RedisStore
 
@@ -22,7 +23,7 @@ log = logging.getLogger("im_server.fanout")
 PRESENCE_S = 1.0  # how often this node says it is alive (``beat``)
 NODE_TTL_MS = 5000  # a node that missed this long of beats is gone
 PUBLISH_BATCH = 2000
-CLOSE_UNAUTHORIZED = 4401
+CLOSE_UNAUTHORIZED = CloseCode.UNAUTHORIZED
 
 
 class Fanout:

@@ -12,11 +12,12 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from im_server import metrics
+from im_server.protocol.close_codes import CloseCode
 
 log = logging.getLogger("im_server.hub")
 _ids = itertools.count(1)
 
-CLOSE_SLOW = 1013  # try again later: the client fell too far behind
+CLOSE_SLOW = CloseCode.TRY_AGAIN  # the client fell too far behind
 
 
 async def _finish(coro: Coroutine[Any, Any, Any], waiting: Any) -> None:

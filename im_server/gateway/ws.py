@@ -1,9 +1,18 @@
-"""The WebSocket endpoint, on plain ASGI: authenticate, register the connection, turn
-frames into service calls and results into frames. No store access here.
+"""The WebSocket endpoint, on plain ASGI: authenticate, register the connection, then move
+data. Each received frame goes to the connection's sans-I/O :class:`Session`
+(``protocol/session.py``), which holds every rule of the protocol; the command it returns
+is carried out here through the services, and the frames the session makes of the
+results are pushed. No store access and no frame format here.
 
 It sits in front of the FastAPI app (``with_websocket``) rather than inside it: every
 frame then goes straight between uvicorn and this code, without the framework's
-per-message wrappers (the hot path of the server)."""
+per-message wrappers (the hot path of the server).
+
+Errors: a client that went away (the ASGI server's ``ClientDisconnected``, an ``OSError``,
+or a ``websocket.disconnect`` event) ends the connection quietly. A refusal (``ImError``)
+is answered. A store fault is answered ``unavailable``. Anything else is a bug: logged
+with its traceback, counted in ``im_ws_handler_errors_total{where}``, and the socket is
+closed with 1011."""
 
 from __future__ import annotations
 
@@ -11,97 +20,115 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.errors import ImError
-from im_server.gateway.fanout import CLOSE_UNAUTHORIZED, Fanout
+from im_server.errors import ImError, is_store_error, unavailable
+from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Conn, Hub
-from im_server.ids import ConvRef, parse_conv_id
-from im_server.protocol import frames
+from im_server.ids import ConvRef
+from im_server.protocol.close_codes import CloseCode
+from im_server.protocol.session import (
+    Close,
+    CursorCmd,
+    Reply,
+    SendCmd,
+    Session,
+    State,
+    TypingCmd,
+)
 from im_server.services import accounts, read, send
+from im_server.storage.redis.store import SendArgs
 
 log = logging.getLogger("im_server.ws")
 PATH = "/v1/ws"
 MAX_BACKLOG = 4096
-CLOSE_TOO_MANY = 1008
-CLOSE_TOO_BIG = 1009
 
-ASGIApp = Callable[
-    [
-        dict[str, Any],
-        Callable[[], Awaitable[dict[str, Any]]],
-        Callable[[dict[str, Any]], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
+# ASGI: an event's keys depend on its "type"; sends are coroutines (``Conn.push`` drives
+# one without a task while the socket is writable)
+Scope = dict[str, Any]
+Event = dict[str, Any]
+Receive = Callable[[], Awaitable[Event]]
+Send = Callable[[Event], Coroutine[Any, Any, None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+GONE = (OSError,)
+"""What the ASGI server raises when the client went away (uvicorn's ``ClientDisconnected``
+is an ``OSError``, as are transport errors)."""
 
 
 class Gateway:
-    """Frame handlers of one process."""
+    """Carries out the commands of every connection of this process."""
 
     def __init__(self, ctx: Context, hub: Hub, fanout: Fanout) -> None:
         self.ctx = ctx
         self.hub = hub
         self.fanout = fanout
-        self.handlers: dict[str, Any] = {
-            "send": self.on_send,
-            "ping": self.on_ping,
-            "read": self.on_read,
-            "delivered": self.on_delivered,
-            "typing": self.on_typing,
-        }
 
-    def on_ping(self, conn: Conn, frame: dict[str, Any]) -> None:
-        conn.push(frames.PONG)
+    def handle(self, conn: Conn, session: Session, data: str | bytes) -> Close | None:
+        """One received frame; a :class:`Close` is for the receive loop to carry out."""
+        cmd = session.receive(data)
+        if isinstance(cmd, SendCmd):
+            self.on_send(conn, session, cmd)
+        elif isinstance(cmd, Reply):
+            if cmd.refused is not None:
+                (metrics.SENDS if cmd.of_send else metrics.BAD_FRAMES).labels(cmd.refused).inc()
+            conn.push(cmd.text)
+        elif isinstance(cmd, CursorCmd):
+            report = read.do_cursor(self.ctx, cmd.kind, conn.user_id, cmd.conv, cmd.seq, conn.id)
+            self._spawn(conn, self._guard(conn, session, cmd.kind, report))
+        elif isinstance(cmd, TypingCmd):
+            typing = read.do_typing(self.ctx, conn.user_id, cmd.conv)
+            self._spawn(conn, self._guard(conn, session, "typing", typing))
+        else:
+            return cmd
+        return None
 
-    async def on_read(self, conn: Conn, frame: dict[str, Any]) -> None:
-        ref, seq = read.check_cursor(frame.get("conv_id"), frame.get("seq"))
-        await read.do_cursor(self.ctx, "read", conn.user_id, ref, seq, conn.id)
-
-    async def on_delivered(self, conn: Conn, frame: dict[str, Any]) -> None:
-        ref, seq = read.check_cursor(frame.get("conv_id"), frame.get("seq"))
-        await read.do_cursor(self.ctx, "delivered", conn.user_id, ref, seq, conn.id)
-
-    async def on_typing(self, conn: Conn, frame: dict[str, Any]) -> None:
-        await read.do_typing(self.ctx, conn.user_id, parse_conv_id(frame.get("conv_id")))
-
-    def on_send(self, conn: Conn, frame: dict[str, Any]) -> None:
-        """The fast path: validate, queue the script call, and answer from its callback;
+    def on_send(self, conn: Conn, session: Session, cmd: SendCmd) -> None:
+        """The fast path: check, queue the script call, and answer from its callback;
         only an answer that needs more work (or an error) goes to a task."""
-        cmid = frame.get("client_msg_id")
         try:
-            ref, cmid_s, ctype, content_json = send.check_send(self.ctx, conn.user_id, frame)
+            content_json = send.check_send(self.ctx, conn.user_id, cmd.conv, cmd.content)
         except ImError as e:
             metrics.SENDS.labels(e.code).inc()
-            conn.push(frames.refused_ack(cmid, e))
+            conn.push(session.refused(cmd.client_msg_id, e))
             return
-        args = send.new_args(self.ctx, conn.user_id, ref, cmid_s, ctype, content_json)
+        args = send.new_args(
+            self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
+        )
         started = time.perf_counter()
         send.submit(self.ctx, args).add_done_callback(
-            lambda f: self._sent(conn, ref, args, started, f)
+            lambda f: self._sent(conn, session, cmd.conv, args, started, f)
         )
 
     def _sent(
-        self, conn: Conn, ref: ConvRef, args: Any, started: float, fut: asyncio.Future[Any]
+        self,
+        conn: Conn,
+        session: Session,
+        ref: ConvRef,
+        args: SendArgs,
+        started: float,
+        fut: asyncio.Future[Any],
     ) -> None:
         try:
-            if not fut.exception():
+            if not fut.cancelled() and fut.exception() is None:
                 out = send.settle(self.ctx, ref, args, fut.result(), conn.id, started)
                 if out is not None:
-                    conn.push(frames.dumps(out))
+                    conn.push(session.acked(out))
                     return
         except ImError as e:
-            conn.push(frames.refused_ack(args.client_msg_id, e))
+            conn.push(session.refused(args.client_msg_id, e))
             return
-        except Exception:  # noqa: BLE001 - the slow path reports it
+        except Exception:  # noqa: BLE001 - a bug in settle: logged and counted; the slow path answers
             log.exception("send fast path failed")
-        self._spawn(conn, self._send_slow(conn, ref, args))
+            metrics.WS_HANDLER_ERRORS.labels("send").inc()
+        # a store fault, or an answer that needs work first
+        self._spawn(conn, self._send_slow(conn, session, ref, args))
 
-    async def _send_slow(self, conn: Conn, ref: ConvRef, args: Any) -> None:
+    async def _send_slow(self, conn: Conn, session: Session, ref: ConvRef, args: SendArgs) -> None:
         try:
             ack = await send.do_send(
                 self.ctx,
@@ -113,46 +140,62 @@ class Gateway:
                 exclude_conn=conn.id,
             )
         except ImError as e:
-            conn.push(frames.refused_ack(args.client_msg_id, e))
+            conn.push(session.refused(args.client_msg_id, e))
             return
-        except Exception as e:  # noqa: BLE001 - never lose the socket over one send
-            log.exception("send failed")
-            conn.push(
-                frames.refused_ack(
-                    args.client_msg_id, ImError("unavailable", f"send failed: {type(e).__name__}")
-                )
-            )
+        except Exception as e:  # noqa: BLE001 - the task's boundary: the sender must get an ack
+            if is_store_error(e):
+                log.warning("send to %s failed, a store is unavailable: %r", ref.conv_id, e)
+            else:
+                log.exception("send to %s failed", ref.conv_id)
+                metrics.WS_HANDLER_ERRORS.labels("send").inc()
+            # retry-safe: a repeat with the same client_msg_id never makes a second message
+            conn.push(session.refused(args.client_msg_id, unavailable("send failed, try again")))
             return
-        conn.push(frames.dumps(ack))
+        conn.push(session.acked(ack))
 
-    def _spawn(self, conn: Conn, coro: Any) -> None:
+    async def _guard(
+        self, conn: Conn, session: Session, where: str, work: Awaitable[object]
+    ) -> None:
+        """Run a read, delivered or typing command; a refusal or a store fault is
+        answered with an ``error`` frame, a bug closes the socket."""
+        try:
+            await work
+        except ImError as e:
+            metrics.BAD_FRAMES.labels(e.code).inc()
+            conn.push(session.failed(e))
+        except Exception as e:  # noqa: BLE001 - the task's boundary: classified below
+            if is_store_error(e):
+                log.warning("%s failed, a store is unavailable: %r", where, e)
+                conn.push(session.failed(unavailable()))
+            else:
+                self.report_bug(conn, session, where)
+
+    def report_bug(self, conn: Conn, session: Session, where: str) -> None:
+        """A handler bug (call it from an ``except`` block): log it with its traceback,
+        count it, and close the socket (1011); the client reconnects and catches up."""
+        log.exception("websocket %s handler failed (connection %d)", where, conn.id)
+        metrics.WS_HANDLER_ERRORS.labels(where).inc()
+        if session.state is State.OPEN:
+            close = session.close(CloseCode.INTERNAL_ERROR, "internal error")
+            conn.close(close.code, close.reason)
+
+    def _spawn(self, conn: Conn, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         conn.tasks.add(task)
         task.add_done_callback(conn.tasks.discard)
 
-    def handle(self, conn: Conn, text: str | bytes) -> None:
-        try:
-            frame = frames.parse(text)
-            handler = self.handlers[frame["type"]]
-            result = handler(conn, frame)
-            if result is not None:
-                self._spawn(conn, self._guard(conn, result))
-        except ImError as e:
-            metrics.BAD_FRAMES.labels(e.code).inc()
-            conn.push(frames.error_frame(e))
 
-    async def _guard(self, conn: Conn, coro: Any) -> None:
-        try:
-            await coro
-        except ImError as e:
-            metrics.BAD_FRAMES.labels(e.code).inc()
-            conn.push(frames.error_frame(e))
-        except Exception as e:  # noqa: BLE001
-            log.exception("frame handler failed")
-            conn.push(frames.error_frame(ImError("unavailable", f"failed: {type(e).__name__}")))
+async def refuse(send_: Send, code: CloseCode, reason: str) -> None:
+    """Accept, then close at once: browsers see the close code, not just a failed
+    upgrade."""
+    try:
+        await send_({"type": "websocket.accept"})
+        await send_({"type": "websocket.close", "code": code, "reason": reason[:120]})
+    except GONE:
+        pass  # the client did not wait for the answer
 
 
-async def session(gw: Gateway, scope: dict[str, Any], receive: Any, send_: Any) -> None:
+async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> None:
     """One WebSocket, from the handshake to the close."""
     ctx = gw.ctx
     if (await receive())["type"] != "websocket.connect":
@@ -161,20 +204,14 @@ async def session(gw: Gateway, scope: dict[str, Any], receive: Any, send_: Any) 
     try:
         user_id, device_id = await accounts.authenticate(ctx, token)
     except ImError as e:
-        await send_({"type": "websocket.accept"})
-        code = CLOSE_UNAUTHORIZED if e.code == "unauthorized" else 1013
-        await send_({"type": "websocket.close", "code": code, "reason": e.message[:120]})
+        unauthorized = e.code == "unauthorized"
+        code = CloseCode.UNAUTHORIZED if unauthorized else CloseCode.TRY_AGAIN
+        await refuse(send_, code, e.message)
         return
     if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user:
-        await send_({"type": "websocket.accept"})
-        await send_(
-            {
-                "type": "websocket.close",
-                "code": CLOSE_TOO_MANY,
-                "reason": "too many connections for this user",
-            }
-        )
+        await refuse(send_, CloseCode.TOO_MANY_CONNECTIONS, "too many connections for this user")
         return
+    session = Session(user_id, device_id, max_frame_bytes=ctx.settings.max_frame_bytes)
     # registered (and subscribed across processes) before the handshake completes, so a
     # message sent after the client sees the socket open is never missed
     conn = Conn(user_id, device_id, accounts.token_hash(token or ""), send_, MAX_BACKLOG)
@@ -183,24 +220,24 @@ async def session(gw: Gateway, scope: dict[str, Any], receive: Any, send_: Any) 
         await gw.fanout.subscribe_user(user_id)
     try:
         await send_({"type": "websocket.accept"})
-        while conn.backlog:
+        while conn.backlog and not conn.closing:
             await send_({"type": "websocket.send", "text": conn.backlog.popleft()})
         conn.backlog = None
-        max_frame = ctx.settings.max_frame_bytes
         handle = gw.handle
-        while True:
+        while not conn.closing and session.state is State.OPEN:
             msg = await receive()
             if msg["type"] != "websocket.receive":
-                break
+                break  # websocket.disconnect: the client (or our own close) ended it
             data = msg.get("text")
             if data is None:
                 data = msg.get("bytes") or b""
-            if len(data) > max_frame:  # uvicorn enforces it too when started by im-server
-                conn.close(CLOSE_TOO_BIG, "frame too large")
-                break
-            handle(conn, data)
-    except Exception:  # noqa: BLE001 - the client went away mid-send
-        pass
+            close = handle(conn, session, data)
+            if close is not None:
+                conn.close(close.code, close.reason)
+    except GONE:
+        pass  # the client went away mid-send
+    except Exception:  # noqa: BLE001 - the connection's boundary: a bug, logged and counted
+        gw.report_bug(conn, session, "receive")
     finally:
         conn.closing = True
         if gw.hub.remove(conn):
@@ -212,9 +249,9 @@ async def session(gw: Gateway, scope: dict[str, Any], receive: Any, send_: Any) 
 def with_websocket(api: Any) -> ASGIApp:
     """The server's ASGI app: ``/v1/ws`` here, everything else to the FastAPI app."""
 
-    async def app(scope: dict[str, Any], receive: Any, send_: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send_: Send) -> None:
         if scope["type"] == "websocket" and scope["path"] == PATH:
-            await session(api.state.gateway, scope, receive, send_)
+            await serve(api.state.gateway, scope, receive, send_)
         else:
             await api(scope, receive, send_)
 

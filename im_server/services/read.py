@@ -3,25 +3,15 @@ the cursor batcher), their pushes, typing, and group receipts answered from curs
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
+from typing import Any, Literal
 
 from im_server.context import Context
-from im_server.errors import ImError, bad_request, not_found
+from im_server.errors import ImError, not_found
 from im_server.ids import ConvRef, parse_conv_id
+from im_server.protocol.server_frames import cursor_push, encode, typing_push
 from im_server.services import members, permissions
 from im_server.storage import cursors, messages
 from im_server.storage.cursors import CursorResult
-
-MAX_SEQ = 2**63 - 1
-
-
-def check_cursor(conv_id: object, seq: object) -> tuple[ConvRef, int]:
-    ref = parse_conv_id(conv_id)
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-        raise bad_request("seq must be a non-negative integer")
-    return ref, min(seq, MAX_SEQ)
 
 
 async def do_cursor(
@@ -41,9 +31,8 @@ def on_moved(ctx: Context, kind: str, res: CursorResult, origins: set[int]) -> N
     """Pushes after a cursor moved: ``read`` to my other devices and to the peer of a
     single chat; ``delivered`` to the peer; group reads feed the receipt pusher."""
     ref = parse_conv_id(res.conv_id)
-    frame = orjson.dumps(
-        {"type": kind, "conv_id": res.conv_id, "user_id": res.user_id, "seq": res.value}
-    ).decode()
+    pushed: Literal["read", "delivered"] = "read" if kind == "read" else "delivered"
+    frame = encode(cursor_push(pushed, res.conv_id, res.user_id, res.value))
     exclude = next(iter(origins)) if len(origins) == 1 else None
     if kind == "read":
         ctx.events.push((res.user_id,), frame, exclude)
@@ -62,7 +51,7 @@ async def do_typing(ctx: Context, user_id: int, ref: ConvRef) -> None:
         status = await permissions.single_send_status(ctx, ref, user_id)
         if status != "ok":
             raise ImError(status, "you cannot write to this user")
-    frame = orjson.dumps({"type": "typing", "conv_id": ref.conv_id, "user_id": user_id}).decode()
+    frame = encode(typing_push(ref.conv_id, user_id))
     ctx.events.push([u for u in users if u != user_id], frame)
 
 

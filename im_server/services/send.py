@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from typing import Any
 
 import asyncpg
 import orjson
+from pydantic import JsonValue
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from im_server import metrics
 from im_server.context import Context, DedupeChecker
 from im_server.errors import ImError, bad_request, is_store_error, unavailable
-from im_server.ids import ConvRef, parse_conv_id, valid_client_msg_id
+from im_server.ids import ConvRef
+from im_server.protocol.server_frames import AckOk, ack, message_frame
 from im_server.services import members, permissions, recovery, seqs
 from im_server.services.coalesce import Coalescer
 from im_server.storage import messages as msg_store
@@ -40,29 +41,13 @@ from im_server.storage.redis.replies import (
 from im_server.storage.redis.store import SendArgs
 
 log = logging.getLogger("im_server.send")
-_CONTENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,31}$")
-SERVER_TYPES = frozenset({"system", "recall"})
 _MAX_ATTEMPTS = 60
 
 
-def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[ConvRef, str, str, str]:
-    """Validate a send (frame or REST body): (conv, client_msg_id, content_type, content JSON)."""
-    ref = parse_conv_id(body.get("conv_id"))
-    cmid = body.get("client_msg_id")
-    if not valid_client_msg_id(cmid):
-        raise bad_request("client_msg_id: 1-64 characters of [A-Za-z0-9_-]")
-    ctype = body.get("content_type", "text")
-    if not isinstance(ctype, str) or not _CONTENT_TYPE.fullmatch(ctype) or ctype in SERVER_TYPES:
-        raise bad_request(
-            "content_type: lowercase word like 'text' ('system' and 'recall' are the server's)"
-        )
-    content = body.get("content")
-    if not isinstance(content, dict):
-        raise bad_request("content must be a JSON object")
-    if ctype == "text":
-        t = content.get("text")
-        if not isinstance(t, str) or not t:
-            raise bad_request("a text message needs content.text, a non-empty string")
+def check_send(ctx: Context, sender_id: int, ref: ConvRef, content: dict[str, JsonValue]) -> str:
+    """The checks of a send (frame or REST body) that need the server, once the protocol
+    models have checked the fields: the content's size and storability, the sender's
+    place in a single chat, the rate limit. Returns the content as compact JSON."""
     try:
         encoded = orjson.dumps(content)
     except (TypeError, orjson.JSONEncodeError) as e:
@@ -77,29 +62,17 @@ def check_send(ctx: Context, sender_id: int, body: dict[str, Any]) -> tuple[Conv
     if ref.kind == "single" and not ref.has_user(sender_id):
         raise ImError("not_member", "this single chat is not yours")
     ctx.rate.send.check(sender_id, "messages")
-    return ref, str(cmid), ctype, encoded.decode()
+    return encoded.decode()
 
 
-def _has_nul(value: Any) -> bool:
+def _has_nul(value: JsonValue) -> bool:
     if isinstance(value, str):
         return "\x00" in value
     if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+        return any("\x00" in k or _has_nul(v) for k, v in value.items())
     if isinstance(value, list):
         return any(_has_nul(v) for v in value)
     return False
-
-
-def ack(conv_id: str, cmid: str, seq: int, server_time: int, duplicate: bool) -> dict[str, Any]:
-    return {
-        "type": "ack",
-        "client_msg_id": cmid,
-        "ok": True,
-        "conv_id": conv_id,
-        "seq": seq,
-        "server_time": server_time,
-        "duplicate": duplicate,
-    }
 
 
 _OK = metrics.SENDS.labels("ok")
@@ -132,7 +105,7 @@ def settle(
     r: SendResult,
     exclude_conn: int | None,
     started: float,
-) -> dict[str, Any] | None:
+) -> AckOk | None:
     """The ack for a final script answer (and the fan-out of a new message); raises the
     refusal; None when the answer asks for work first (the slow path in ``do_send``)."""
     if isinstance(r, SendOk):
@@ -186,7 +159,7 @@ async def do_send(
     *,
     exclude_conn: int | None = None,
     skip_perm: bool = False,
-) -> dict[str, Any]:
+) -> AckOk:
     """Queue one message and fan it out; returns the ack body. Raises ImError on refusal.
     Handles every answer of the script, the slow ones too (permissions to load, a seq
     block to reserve, a Redis that lost its data, a dedupe to ask PostgreSQL about)."""
@@ -290,25 +263,6 @@ def dedupe_checker(engine: AsyncEngine) -> DedupeChecker:
     return Coalescer(run, 500)
 
 
-def message_frame(
-    conv_id: str, seq: int, sender_id: int, cmid: str, ctype: str, content_json: str, ts: int
-) -> str:
-    """The ``message`` frame as text, built once per message and sent to every device.
-    The content is already JSON, so it is spliced in rather than parsed and re-encoded."""
-    head = orjson.dumps(
-        {
-            "conv_id": conv_id,
-            "seq": seq,
-            "sender_id": sender_id,
-            "client_msg_id": cmid,
-            "content_type": ctype,
-            "server_time": ts,
-            "recalled": False,
-        }
-    ).decode()
-    return '{"type":"message","message":' + head[:-1] + ',"content":' + content_json + "}}"
-
-
 def fan_out(
     ctx: Context,
     ref: ConvRef,
@@ -339,7 +293,7 @@ def fan_out(
 
 async def send_system(
     ctx: Context, actor_id: int, ref: ConvRef, ctype: str, content: dict[str, Any]
-) -> dict[str, Any]:
+) -> AckOk:
     """A server-made message (membership change, recall notice) through the same pipeline."""
     return await do_send(
         ctx,

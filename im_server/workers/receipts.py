@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
-
 from im_server.context import Context
+from im_server.protocol.server_frames import encode, receipt_push
 from im_server.storage import cursors
 
 log = logging.getLogger("im_server.receipts")
@@ -60,10 +59,8 @@ class ReceiptPusher:
         for seq, sender, count in counts:
             keep[seq] = count
             if count and last.get(seq) != count:
-                frame = orjson.dumps(
-                    {"type": "receipt", "conv_id": conv_id, "seq": seq, "read_count": count}
-                )
-                self.ctx.events.push((sender,), frame.decode())
+                frame = encode(receipt_push(conv_id, seq, count))
+                self.ctx.events.push((sender,), frame)
                 self.pushed += 1
         self._last[conv_id] = keep
         if len(self._last) > 10_000:

@@ -1,15 +1,14 @@
-"""conv_id parsing, client_msg_id validation and WebSocket frame parsing (all pure)."""
+"""conv_id parsing and client_msg_id validation (pure; frame parsing is in
+``test_protocol_frames.py``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from im_server.errors import ImError
 from im_server.ids import group_conv_id, parse_conv_id, single_conv_id, valid_client_msg_id
-from im_server.protocol import frames
 
 MAX = 2**63 - 1
 
@@ -138,52 +137,3 @@ def test_valid_client_msg_id(value: str) -> None:
 )
 def test_invalid_client_msg_id(value: Any) -> None:
     assert valid_client_msg_id(value) is False
-
-
-# -- frames.parse --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "not json",
-        "{",
-        "",
-        "[]",
-        '[{"type": "ping"}]',
-        "null",
-        "1",
-        '"ping"',
-        "{}",
-        '{"conv_id": "g:1"}',
-        '{"type": null}',
-        '{"type": 5}',
-        '{"type": ["ping"]}',
-        '{"type": "nope"}',
-        '{"type": "PING"}',
-        '{"type": "ack"}',
-        '{"type": "message"}',
-        b"\xff\xfe",
-    ],
-)
-def test_frames_parse_rejects(text: str | bytes) -> None:
-    with pytest.raises(ImError) as exc:
-        frames.parse(text)
-    assert exc.value.code == "bad_request"
-    assert exc.value.message
-
-
-@pytest.mark.parametrize("ftype", ["send", "read", "delivered", "typing", "ping"])
-def test_frames_parse_accepts_client_types(ftype: str) -> None:
-    frame = frames.parse(json.dumps({"type": ftype, "conv_id": "g:1"}))
-    assert frame == {"type": ftype, "conv_id": "g:1"}
-    assert frames.parse(json.dumps({"type": ftype}).encode()) == {"type": ftype}
-
-
-def test_error_frame_shape() -> None:
-    err = ImError("bad_request", "nope")
-    assert json.loads(frames.error_frame(err)) == {
-        "type": "error",
-        "code": "bad_request",
-        "message": "nope",
-    }

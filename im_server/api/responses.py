@@ -1,0 +1,219 @@
+"""Response bodies of the REST API, so that ``/openapi.json`` shows what each call answers.
+
+Built from the same wire types as the frames (a history page holds the very ``Message``
+the ``message`` push carries). Extra fields are forbidden: a service that starts returning
+a field these models do not name fails its tests loudly instead of losing the field
+silently. A field that is absent in some answers (not null) is marked so in its model and
+its route drops it with ``response_model_exclude_none``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from im_server.protocol.server_frames import Message
+from im_server.protocol.types import (
+    ConvId,
+    Count,
+    GroupId,
+    RequestId,
+    Role,
+    Seq,
+    Timestamp,
+    UserId,
+    Version,
+)
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- accounts -------------------------------------------------------------------------------
+
+
+class Registered(Answer):
+    user_id: UserId
+    username: str = Field(description="as stored: NFKC-normalised")
+
+
+class SessionToken(Answer):
+    token: str = Field(description="the bearer token of this device's session")
+    user_id: UserId
+    device_id: str
+
+
+class SessionInfo(Answer):
+    device_id: str
+    created_at: Timestamp
+    last_used_at: Timestamp
+    current: bool = Field(description="the session of the token asking")
+
+
+class PublicUser(Answer):
+    user_id: UserId
+    username: str
+    display_name: str
+
+
+# -- friends --------------------------------------------------------------------------------
+
+
+class FriendRequestSent(Answer):
+    request_id: RequestId
+    conv_id: ConvId | None = Field(
+        None, description="only when this accepted the other side's pending request"
+    )
+    accepted: Literal[True] | None = Field(
+        None, description="only when this accepted the other side's pending request"
+    )
+
+
+class FriendRequest(Answer):
+    request_id: RequestId
+    from_user_id: UserId
+    to_user_id: UserId
+    note: str
+    created_at: Timestamp
+    from_username: str | None
+    to_username: str | None
+
+
+class FriendRequests(Answer):
+    incoming: list[FriendRequest]
+    outgoing: list[FriendRequest]
+
+
+class Conversation(Answer):
+    conv_id: ConvId
+
+
+class Friend(Answer):
+    user_id: UserId
+    username: str
+    conv_id: ConvId
+
+
+# -- groups ---------------------------------------------------------------------------------
+
+
+class GroupCreated(Answer):
+    group_id: GroupId
+    conv_id: ConvId
+
+
+class GroupMember(Answer):
+    user_id: UserId
+    role: Role
+    username: str | None
+
+
+class MembersAdded(Answer):
+    group_id: GroupId
+    added: list[UserId] = Field(
+        description="who joined or re-joined; members already in are skipped"
+    )
+
+
+class RoleSet(Answer):
+    user_id: UserId
+    role: Literal["admin", "member"]
+
+
+# -- conversations --------------------------------------------------------------------------
+
+
+class _State(Answer):
+    conv_id: ConvId
+    min_seq: Seq = Field(description="my visible window, already clamped")
+    max_seq: Seq = Field(description="counts persisted messages only; min_seq - 1 when empty")
+    read_seq: Seq = Field(description="my read cursor, 0 until I report one")
+    unread: Count
+    last_message: Message | None
+    version: Version = Field(description="the sync version of the state's last change")
+
+
+class SingleState(_State):
+    type: Literal["single"]
+    peer_id: UserId | None
+    peer_read_seq: Seq
+    peer_delivered_seq: Seq
+
+
+class GroupState(_State):
+    type: Literal["group"]
+    group_id: GroupId
+    name: str
+    active: bool = Field(description="false once I was kicked or left")
+    role: Role
+
+
+ConversationState = Annotated[SingleState | GroupState, Field(discriminator="type")]
+
+
+class HistoryPage(Answer):
+    messages: list[Message]
+    min_seq: Seq = Field(description="the real bounds of my window")
+    max_seq: Seq
+    is_end: bool
+
+
+class ReadResult(Answer):
+    conv_id: ConvId
+    read_seq: Seq = Field(description="my cursor after the call")
+
+
+class Cleared(Answer):
+    conv_id: ConvId
+    min_seq: Seq
+
+
+class Recalled(Answer):
+    conv_id: ConvId
+    seq: Seq
+    recall_seq: Seq = Field(description="the seq of the recall notice")
+
+
+class Receipts(Answer):
+    seq: Seq
+    read_count: Count
+    member_count: Count
+    readers: list[UserId] | None = Field(
+        None, description="who read, ascending; absent in groups where receipts are counts only"
+    )
+
+
+class UnreadCount(Answer):
+    conv_id: ConvId
+    unread: Count
+
+
+class Unread(Answer):
+    total: Count
+    conversations: list[UnreadCount] = Field(description="only those with unread > 0")
+
+
+# -- sync -----------------------------------------------------------------------------------
+
+
+class _Synced(Answer):
+    hidden: bool
+    messages: list[Message] = Field(description="the newest visible messages, ascending")
+
+
+class SyncedSingleState(SingleState, _Synced):
+    pass
+
+
+class SyncedGroupState(GroupState, _Synced):
+    pass
+
+
+SyncedState = Annotated[SyncedSingleState | SyncedGroupState, Field(discriminator="type")]
+
+
+class SyncPage(Answer):
+    version: Version = Field(description="safe: pass it as `since` next time")
+    conversations: list[SyncedState] = Field(description="oldest change first")
+    has_more: bool
