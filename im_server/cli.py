@@ -52,7 +52,7 @@ def _stop_all(handles: list[object]) -> None:
     for h in handles:
         try:
             h.stop()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("stopping %r failed", h)
 
 

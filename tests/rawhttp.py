@@ -42,7 +42,7 @@ def connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
-def read_to_close(sock: socket.socket, timeout: float, started: float | None = None) -> Answer:  # noqa: ASYNC109
+def read_to_close(sock: socket.socket, timeout: float, started: float | None = None) -> Answer:
     """Read until the server closes or ``timeout`` passes (then ``closed`` is False)."""
     started = time.monotonic() if started is None else started
     deadline = time.monotonic() + timeout
@@ -63,7 +63,7 @@ def read_to_close(sock: socket.socket, timeout: float, started: float | None = N
         raw += data
 
 
-def read_response(sock: socket.socket, timeout: float = 10.0) -> Answer:  # noqa: ASYNC109
+def read_response(sock: socket.socket, timeout: float = 10.0) -> Answer:
     """Read one response with a Content-Length, leaving the connection open."""
     started = time.monotonic()
     sock.settimeout(timeout)
@@ -125,7 +125,7 @@ async def open_many(port: int, n: int) -> list[tuple[asyncio.StreamReader, async
     return [await asyncio.open_connection("127.0.0.1", port) for _ in range(n)]
 
 
-async def wait_closed(reader: asyncio.StreamReader, timeout: float) -> bool:  # noqa: ASYNC109
+async def wait_closed(reader: asyncio.StreamReader, timeout: float) -> bool:
     """True once the server closed the connection (EOF or reset) within ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:

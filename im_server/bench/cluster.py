@@ -114,7 +114,7 @@ class ServerProcess:
             Path(env.get("IM_TEST_LOG_DIR", "/tmp"))
             / f"im-server-{self.port}-{uuid.uuid4().hex[:6]}.log"
         )
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.log_path, "ab")  # owned by the child
         self.proc = subprocess.Popen(
             args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

@@ -123,7 +123,7 @@ class Local:
             "IM_DATABASE_URL": self.pg.url,
             "IM_REDIS_URL": self.redis.url,
         }
-        self.log = open(root / "server.log", "wb")  # noqa: SIM115
+        self.log = open(root / "server.log", "wb")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "im_server", "serve", "--port", str(self.port)],
             env=env,

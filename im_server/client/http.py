@@ -78,7 +78,7 @@ class Client:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpx's own timeout
+        timeout: float | None = None,  # httpx's own timeout
     ) -> Any:
         """One REST call; the decoded JSON body, None for 204, :class:`ApiError` for any
         non-2xx. Public so that tests can send what the typed methods would not."""
@@ -109,7 +109,7 @@ class Client:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpx's own timeout
+        timeout: float | None = None,  # httpx's own timeout
     ) -> JsonObject:
         """:meth:`request` for a call whose answer is a JSON object."""
         data = await self.request(method, path, json=json, params=params, timeout=timeout)

@@ -119,7 +119,7 @@ class Connection:
                 self._dispatch(await self.ws.recv(decode=False))
         except ConnectionClosed:
             pass
-        except Exception:  # noqa: BLE001 - a bug here must not leave waiters hanging
+        except Exception:  # a bug here must not leave waiters hanging
             log.exception("websocket reader failed")
             await self.ws.close(1011)
         finally:
@@ -173,13 +173,13 @@ class Connection:
                     task = asyncio.ensure_future(result)
                     self._cb_tasks.add(task)
                     task.add_done_callback(self._cb_tasks.discard)
-            except Exception:  # noqa: BLE001 - the caller's callback: log, keep reading
+            except Exception:  # the caller's callback: log, keep reading
                 log.exception("websocket event callback failed")
 
     async def next_event(
         self,
         type: str | None = None,
-        timeout: float = 5.0,  # noqa: ASYNC109 - part of the public API
+        timeout: float = 5.0,  # part of the public API
         predicate: Callable[[JsonObject], bool] | None = None,
     ) -> JsonObject:
         """The oldest frame of ``type`` (any type if None) that satisfies ``predicate``.
@@ -210,7 +210,7 @@ class Connection:
     async def try_next_event(
         self,
         type: str | None = None,
-        timeout: float = 0.5,  # noqa: ASYNC109 - part of the public API
+        timeout: float = 0.5,  # part of the public API
         predicate: Callable[[JsonObject], bool] | None = None,
     ) -> JsonObject | None:
         """Like :meth:`next_event`, but None on timeout: for "nothing arrives" checks."""
@@ -288,7 +288,7 @@ class Connection:
         client_msg_id: str | None = None,
         *,
         wait: bool = True,
-        timeout: float = 10.0,  # noqa: ASYNC109 - part of the public API
+        timeout: float = 10.0,  # part of the public API
     ) -> JsonObject:
         """Send a message; return its ``ack`` frame, whether ``ok`` is true or false.
 
@@ -326,7 +326,7 @@ class Connection:
     async def typing(self, conv_id: str) -> None:
         await self._send_frame({"type": "typing", "conv_id": conv_id})
 
-    async def ping(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async def ping(self, timeout: float = 5.0) -> None:
         """Application-level ping; returns when the matching ``pong`` arrives."""
         fut: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         self._pongs.append(fut)
@@ -350,7 +350,7 @@ class Connection:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self.reader), 5.0)
 
-    async def wait_closed(self, timeout: float = 5.0) -> int | None:  # noqa: ASYNC109
+    async def wait_closed(self, timeout: float = 5.0) -> int | None:
         """Wait until the server closes the socket; return the close code."""
         await asyncio.wait_for(self.closed.wait(), timeout)
         return self.close_code

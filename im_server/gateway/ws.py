@@ -122,7 +122,7 @@ class Gateway:
         except ImError as e:
             conn.push(session.refused(args.client_msg_id, e))
             return
-        except Exception:  # noqa: BLE001 - a bug in settle: logged and counted; the slow path answers
+        except Exception:  # a bug in settle: logged and counted; the slow path answers
             log.exception("send fast path failed")
             metrics.WS_HANDLER_ERRORS.labels("send").inc()
         # a store fault, or an answer that needs work first
@@ -142,7 +142,7 @@ class Gateway:
         except ImError as e:
             conn.push(session.refused(args.client_msg_id, e))
             return
-        except Exception as e:  # noqa: BLE001 - the task's boundary: the sender must get an ack
+        except Exception as e:  # the task's boundary: the sender must get an ack
             if is_store_error(e):
                 log.warning("send to %s failed, a store is unavailable: %r", ref.conv_id, e)
             else:

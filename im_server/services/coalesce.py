@@ -33,7 +33,7 @@ class Coalescer(Generic[T, R]):
                 batch, self._queue = self._queue[: self._max], self._queue[self._max :]
                 try:
                     results = await self._run([item for item, _ in batch])
-                except BaseException as e:  # noqa: BLE001 - every waiter must hear of it
+                except BaseException as e:  # every waiter must hear of it
                     for _, fut in batch:
                         if not fut.done():
                             fut.set_exception(

@@ -210,7 +210,7 @@ async def _prepare_retry(
                 raise RuntimeError(f"settle left the final answer {r!r} unanswered")
     except ImError:
         raise
-    except Exception as e:  # noqa: BLE001 - a store failure: `unavailable`; a bug: raised
+    except Exception as e:  # a store failure: `unavailable`; a bug: raised
         store = failed_store(e)
         if store is None:
             raise

@@ -79,7 +79,7 @@ def refill_soon(ctx: Context, ref: ConvRef) -> None:
     async def _run() -> None:
         try:
             await refill(ctx, ref)
-        except Exception as e:  # noqa: BLE001 - the next send that runs dry refills in line
+        except Exception as e:  # the next send that runs dry refills in line
             if is_store_error(e):
                 log.debug("background seq refill of %s failed: %r", ref.conv_id, e)
             else:

@@ -126,7 +126,7 @@ class CursorBatcher:
                     moved_users.update(int(x) for x in res.conv_id[2:].split(":"))
                 try:
                     self.on_moved(key[0], res, p.origins)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     log.exception("cursor push failed")
         if moved_users:
             self.ctx.spawn(notify.changed(self.ctx, moved_users))

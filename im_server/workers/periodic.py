@@ -46,7 +46,7 @@ class Periodic:
             await self.fn()
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # noqa: BLE001 - counted and logged; the job runs again next tick
+        except Exception as e:  # counted and logged; the job runs again next tick
             self.failures += 1
             self._streak += 1
             self._failed.inc()

@@ -72,7 +72,7 @@ class Persister:
                 await asyncio.wait_for(self._task, timeout)
             except (TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("persister stopped with an error")
 
     async def run(self) -> None:

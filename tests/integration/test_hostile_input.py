@@ -525,7 +525,7 @@ async def test_any_frame_gets_an_answer_and_keeps_the_socket(
             assert ev["code"] in exp.codes, (where, ev)
     try:
         await conn.ping(timeout=5)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise AssertionError(
             f"no pong after {where}: closed={conn.closed.is_set()} code={conn.close_code} "
             f"reason={conn.close_reason!r} ({e!r})"

@@ -15,7 +15,7 @@ from im_server.runtime.embedded import start_redis
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user
 
 
-async def get(url: str, path: str, timeout: float = 10.0) -> httpx.Response:  # noqa: ASYNC109
+async def get(url: str, path: str, timeout: float = 10.0) -> httpx.Response:
     async with httpx.AsyncClient(timeout=timeout) as http:
         return await http.get(url + path)
 

@@ -53,7 +53,7 @@ class PersisterProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> PersisterProcess:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.log_path, "ab")  # owned by the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "im_server", "persister"],
             env=self.env,

@@ -161,7 +161,7 @@ class Subscriber:
                 await self._listen(ps)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # noqa: BLE001 - Redis went away: reconnect with backoff
+            except Exception as e:  # Redis went away: reconnect with backoff
                 if is_store_error(e):
                     log.warning(
                         "pub/sub listener lost Redis (%r), retrying in %.1f s", e, self._backoff
@@ -195,7 +195,7 @@ class Subscriber:
             return
         try:
             self.on_message(msg)
-        except Exception:  # noqa: BLE001 - one bad message must not stop the listener
+        except Exception:  # one bad message must not stop the listener
             log.exception("handling a pub/sub message failed")
 
 
