@@ -29,7 +29,7 @@ from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
-from im_server.metrics import STREAM_DEPTH
+from im_server.metrics import HTTP_HANDLER_ERRORS, STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
 from im_server.services import read, recovery, send
@@ -204,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 status_code=503,
             )
         log.exception("unexpected error on %s %s", request.method, request.url.path)
+        HTTP_HANDLER_ERRORS.inc()
         return JSONResponse(
             {"error": {"code": "internal", "message": "internal error"}}, status_code=500
         )

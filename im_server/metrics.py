@@ -87,3 +87,7 @@ WS_HANDLER_ERRORS = Counter(
     "clients that went away), by where they happened",
     ["where"],
 )
+HTTP_HANDLER_ERRORS = Counter(
+    "im_http_handler_errors_total",
+    "Bugs in REST handlers (an unexpected exception answered 500, logged with its traceback)",
+)

@@ -2,27 +2,46 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from im_server.api.deps import Ctx
+from im_server.api.responses import Answer
 from im_server.metrics_access import UNAUTHORIZED, bearer_ok
 
 router = APIRouter(tags=["operations"])
 
 
+class Alive(Answer):
+    status: Literal["ok"]
+
+
+class Readiness(Answer):
+    status: Literal["ready", "unavailable"]
+    postgres: bool
+    redis: bool
+
+
 @router.get("/healthz", summary="The process is up")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+async def healthz() -> Alive:
+    return Alive(status="ok")
 
 
-@router.get("/readyz", summary="200 while PostgreSQL and Redis are reachable, else 503")
-async def readyz(ctx: Ctx, response: Response) -> dict[str, object]:
+@router.get(
+    "/readyz",
+    summary="200 while PostgreSQL and Redis are reachable, else 503",
+    responses={503: {"model": Readiness, "description": "a store is unreachable"}},
+)
+async def readyz(ctx: Ctx, response: Response) -> Readiness:
     checks = await ctx.health.check()
     ok = all(checks.values())
     response.status_code = 200 if ok else 503
-    return {"status": "ready" if ok else "unavailable", **checks}
+    return Readiness(
+        status="ready" if ok else "unavailable", postgres=checks["postgres"], redis=checks["redis"]
+    )
 
 
 @router.get(

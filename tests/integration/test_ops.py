@@ -28,6 +28,9 @@ async def test_healthz(url: str) -> None:
 async def test_readyz_with_both_stores(url: str) -> None:
     resp = await get(url, "/readyz")
     assert resp.status_code == 200
+    assert resp.json() == {"status": "ready", "postgres": True, "redis": True}
+    alive = await get(url, "/healthz")
+    assert alive.status_code == 200 and alive.json() == {"status": "ok"}
 
 
 def sends_total(text: str) -> float:
@@ -108,6 +111,8 @@ async def test_redis_outage_degrades_and_recovers(tmp_path: Path) -> None:
         assert srv.proc is not None and srv.proc.poll() is None
         assert await _status(url, "/healthz") == 200
         assert await _status(url, "/readyz") == 503
+        down = await get(url, "/readyz")
+        assert down.json() == {"status": "unavailable", "postgres": True, "redis": False}
 
         # Redis comes back on the same port: the server recovers by itself
         stores.redis = start_redis(stores.root / "redis", port)
