@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import subprocess
@@ -171,13 +172,18 @@ async def befriend(a: Client, b: Client) -> str:
 
 
 async def eventually(fn: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Await ``fn()`` until it returns a truthy value (the persister is asynchronous)."""
+    """Call ``fn()`` until it returns a truthy value and return it (the persister, pushes,
+    cursor flushes are asynchronous). ``fn`` may be a coroutine function or a plain one."""
     deadline = time.monotonic() + timeout
     last: Any = None
-    while time.monotonic() < deadline:
-        last = await fn()
+    while True:
+        last = fn()
+        if inspect.isawaitable(last):
+            last = await last
         if last:
             return last
+        if time.monotonic() >= deadline:
+            break
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
 
