@@ -8,6 +8,7 @@ real command, real sockets and real crashes (kill -9)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import asyncpg
 import httpx
 import redis.asyncio as aioredis
 
-from im_server.client import Client
+from im_server.client import Client, Connection
 from im_server.runtime.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
@@ -195,6 +196,41 @@ async def persisted(c: Client, conv: str, seq: int, timeout: float = 15.0) -> No
         return int((await c.history(conv, limit=1, order="desc"))["max_seq"]) >= seq
 
     await eventually(ok, timeout=timeout)
+
+
+async def nodes_see_each_other(url1: str, url2: str, timeout: float = 15.0) -> None:
+    """Wait until a push crosses from each of two server processes to the other. A node
+    publishes to the others only once it knows they are live (the ``node`` notice or its
+    next heartbeat, 1 s), so right after two starts a push may stay on its own node."""
+    p = await new_user(url1, "probe")
+    q = await new_user(url2, "probe")
+    try:
+        conv = await befriend(p, q)
+        on1, on2 = await p.connect(), await q.connect()
+
+        def crosses(sender: Client, to: Connection) -> Callable[[], Awaitable[bool]]:
+            async def check() -> bool:
+                cmid = uuid.uuid4().hex
+                await sender.send_rest(conv, "probe", client_msg_id=cmid)
+                ev = await to.try_next_event(
+                    "message", 0.5, lambda f: f["message"]["client_msg_id"] == cmid
+                )
+                return ev is not None
+
+            return check
+
+        await eventually(crosses(p, on2), timeout=timeout, interval=0)
+        await eventually(crosses(q, on1), timeout=timeout, interval=0)
+    finally:
+        await p.aclose()
+        await q.aclose()
+
+
+def wait_nodes_linked(url1: str, url2: str, timeout: float = 15.0) -> None:
+    """``nodes_see_each_other`` for synchronous fixtures (which may be set up from inside
+    a running event loop): the probe runs on a loop of its own, in a worker thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, nodes_see_each_other(url1, url2, timeout)).result()
 
 
 def pg_dsn(stores: Stores) -> str:

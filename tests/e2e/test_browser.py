@@ -342,8 +342,15 @@ async def test_history_pages_back_to_the_start(server: Any, new_page: Any, shots
         for _ in range(20):
             if await page.get_by_test_id("older").get_attribute("data-state") == "end":
                 break
+            shown = await rows.count()
             await page.get_by_test_id("messages").evaluate("el => { el.scrollTop = 0; }")
-            await page.wait_for_timeout(150)
+            # scrolled to the top: wait for the older page (more rows) or the start
+            await page.wait_for_function(
+                """n => document.querySelectorAll('[data-testid="message"]').length > n
+                    || document.getElementById('older').dataset.state === 'end'""",
+                arg=shown,
+                timeout=5000,
+            )
         await expect(page.get_by_test_id("older")).to_have_attribute("data-state", "end")
         await expect(rows).to_have_count(total)
         await expect(message(page, "message 1")).to_be_visible()
