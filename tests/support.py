@@ -4,10 +4,12 @@ from :mod:`im_server.bench.cluster`), users, and waiting for a condition."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -16,7 +18,7 @@ import redis.asyncio as aioredis
 from im_server.bench.cluster import FAST_HASH_ENV as FAST_HASH_ENV
 from im_server.bench.cluster import ServerProcess as ServerProcess
 from im_server.bench.cluster import Stores, pg_dsn
-from im_server.client import Client
+from im_server.client import Client, Connection
 
 PASSWORD = "password-1234"
 
@@ -31,13 +33,18 @@ async def befriend(a: Client, b: Client) -> str:
 
 
 async def eventually(fn: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
-    """Await ``fn()`` until it returns a truthy value (the persister is asynchronous)."""
+    """Call ``fn()`` until it returns a truthy value and return it (the persister, pushes,
+    cursor flushes are asynchronous). ``fn`` may be a coroutine function or a plain one."""
     deadline = time.monotonic() + timeout
     last: Any = None
-    while time.monotonic() < deadline:
-        last = await fn()
+    while True:
+        last = fn()
+        if inspect.isawaitable(last):
+            last = await last
         if last:
             return last
+        if time.monotonic() >= deadline:
+            break
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
 
@@ -49,6 +56,41 @@ async def persisted(c: Client, conv: str, seq: int, timeout: float = 15.0) -> No
         return int((await c.history(conv, limit=1, order="desc"))["max_seq"]) >= seq
 
     await eventually(ok, timeout=timeout)
+
+
+async def nodes_see_each_other(url1: str, url2: str, timeout: float = 15.0) -> None:
+    """Wait until a push crosses from each of two server processes to the other. A node
+    publishes to the others only once it knows they are live (the ``node`` notice or its
+    next heartbeat, 1 s), so right after two starts a push may stay on its own node."""
+    p = await new_user(url1, "probe")
+    q = await new_user(url2, "probe")
+    try:
+        conv = await befriend(p, q)
+        on1, on2 = await p.connect(), await q.connect()
+
+        def crosses(sender: Client, to: Connection) -> Callable[[], Awaitable[bool]]:
+            async def check() -> bool:
+                cmid = uuid.uuid4().hex
+                await sender.send_rest(conv, "probe", client_msg_id=cmid)
+                ev = await to.try_next_event(
+                    "message", 0.5, lambda f: f["message"]["client_msg_id"] == cmid
+                )
+                return ev is not None
+
+            return check
+
+        await eventually(crosses(p, on2), timeout=timeout, interval=0)
+        await eventually(crosses(q, on1), timeout=timeout, interval=0)
+    finally:
+        await p.aclose()
+        await q.aclose()
+
+
+def wait_nodes_linked(url1: str, url2: str, timeout: float = 15.0) -> None:
+    """``nodes_see_each_other`` for synchronous fixtures (which may be set up from inside
+    a running event loop): the probe runs on a loop of its own, in a worker thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, nodes_see_each_other(url1, url2, timeout)).result()
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,9 @@ async def _finish(coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
         if waiting is None:
             await asyncio.sleep(0)
         else:
+            # a Task clears this flag on the future a coroutine yields; awaiting it with
+            # the flag still set fails at once ("await wasn't used with future")
+            waiting._asyncio_future_blocking = False
             try:
                 await waiting
             except BaseException:  # noqa: BLE001 - the coroutine sees it when resumed

@@ -1,7 +1,10 @@
 """Group commit of read and delivered cursors. Reports are merged per (kind, conv, user)
 (max wins) and written as one multi-row forward-only UPDATE: at once when idle, and
 whatever arrives while a flush is in flight goes into the next one. A caller waits for at
-most one flush, and learns the durable cursor value."""
+most one flush, and learns the durable cursor value.
+
+The merging (``PendingCursors``) and the hand-back of results (``settle``, ``fail``) are
+pure; ``CursorBatcher`` adds the loop and the store step (``_write``, ``_changed``)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.errors import unavailable
+from im_server.errors import ImError, unavailable
 from im_server.services import notify
 from im_server.storage import cursors
 from im_server.storage.cursors import CursorResult
@@ -30,12 +33,83 @@ class _Pending:
     origins: set[int] = field(default_factory=set)
 
 
+Batch = dict[Key, _Pending]
+
+
+class PendingCursors:
+    """Reports not yet taken by a flush, one entry per (kind, conv, user): the highest
+    seq wins, and every caller of that key waits for the flush that carries it."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: Batch = {}
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def add(
+        self,
+        kind: str,
+        conv_id: str,
+        user_id: int,
+        seq: int,
+        origin: int | None,
+        waiter: asyncio.Future[CursorResult],
+    ) -> None:
+        key = (kind, conv_id, user_id)
+        p = self._d.get(key)
+        if p is None:
+            p = self._d[key] = _Pending(seq)
+        elif seq > p.seq:
+            p.seq = seq
+        p.waiters.append(waiter)
+        if origin is not None:
+            p.origins.add(origin)
+
+    def take(self, max_rows: int) -> Batch:
+        """The next batch: everything, or the ``max_rows`` oldest keys when there are more."""
+        if len(self._d) > max_rows:
+            keys = list(self._d)[:max_rows]
+            return {k: self._d.pop(k) for k in keys}
+        batch, self._d = self._d, {}
+        return batch
+
+
+def settle(batch: Batch, results: dict[Key, CursorResult], on_moved: OnMoved) -> set[int]:
+    """Hand each waiter its durable cursor and report each moved cursor (with the
+    connections it came from) to ``on_moved``; return the users whose sync state changed
+    (the reader, and for a single chat both of its users)."""
+    moved_users: set[int] = set()
+    for key, p in batch.items():
+        res = results[key]
+        for w in p.waiters:
+            if not w.done():
+                w.set_result(res)
+        if res.moved:
+            moved_users.add(res.user_id)
+            if res.conv_id.startswith("s:"):
+                moved_users.update(int(x) for x in res.conv_id[2:].split(":"))
+            try:
+                on_moved(key[0], res, p.origins)
+            except Exception:  # one failed push must not fail the batch
+                log.exception("cursor push failed")
+    return moved_users
+
+
+def fail(batch: Batch, err: ImError) -> None:
+    for p in batch.values():
+        for w in p.waiters:
+            if not w.done():
+                w.set_exception(err)
+
+
 class CursorBatcher:
     def __init__(self, ctx: Context, on_moved: OnMoved, max_rows: int = 5000) -> None:
         self.ctx = ctx
         self.on_moved = on_moved
         self.max_rows = max_rows
-        self._pending: dict[Key, _Pending] = {}
+        self._pending = PendingCursors()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -61,15 +135,7 @@ class CursorBatcher:
         self, kind: str, conv_id: str, user_id: int, seq: int, origin: int | None
     ) -> asyncio.Future[CursorResult]:
         fut: asyncio.Future[CursorResult] = asyncio.get_running_loop().create_future()
-        key = (kind, conv_id, user_id)
-        p = self._pending.get(key)
-        if p is None:
-            p = self._pending[key] = _Pending(seq)
-        elif seq > p.seq:
-            p.seq = seq
-        p.waiters.append(fut)
-        if origin is not None:
-            p.origins.add(origin)
+        self._pending.add(kind, conv_id, user_id, seq, origin, fut)
         self._wake.set()
         return fut
 
@@ -79,25 +145,25 @@ class CursorBatcher:
             self._wake.clear()
             while self._pending:
                 self._idle.clear()
-                batch = self._pending
-                if len(batch) > self.max_rows:
-                    keys = list(batch)[: self.max_rows]
-                    batch = {k: self._pending.pop(k) for k in keys}
-                else:
-                    self._pending = {}
+                batch = self._pending.take(self.max_rows)
                 try:
                     await self._flush(batch)
                 except Exception as e:  # noqa: BLE001 - the callers hear of it
                     log.warning("cursor flush of %d rows failed: %r", len(batch), e)
-                    err = unavailable("the database is unavailable, try again")
-                    for p in batch.values():
-                        for w in p.waiters:
-                            if not w.done():
-                                w.set_exception(err)
+                    fail(batch, unavailable("the database is unavailable, try again"))
                     await asyncio.sleep(0.2)
             self._idle.set()
 
-    async def _flush(self, batch: dict[Key, _Pending]) -> None:
+    async def _flush(self, batch: Batch) -> None:
+        results = await self._write(batch)
+        metrics.READ_FLUSHES.inc()
+        metrics.READ_FLUSH_ROWS.inc(len(batch))
+        moved_users = settle(batch, results, self.on_moved)
+        if moved_users:
+            self._changed(moved_users)
+
+    async def _write(self, batch: Batch) -> dict[Key, CursorResult]:
+        """The store step: one transaction, one forward-only UPDATE per kind."""
         conv_ids = sorted({k[1] for k in batch})
         try:
             ends = await self.ctx.redis.current_seqs(conv_ids)
@@ -112,21 +178,8 @@ class CursorBatcher:
             for kind, rows in by_kind.items():
                 for res in await cursors.advance(conn, kind, rows, version):
                     results[(kind, res.conv_id, res.user_id)] = res
-        metrics.READ_FLUSHES.inc()
-        metrics.READ_FLUSH_ROWS.inc(len(batch))
-        moved_users: set[int] = set()
-        for key, p in batch.items():
-            res = results[key]
-            for w in p.waiters:
-                if not w.done():
-                    w.set_result(res)
-            if res.moved:
-                moved_users.add(res.user_id)
-                if res.conv_id.startswith("s:"):
-                    moved_users.update(int(x) for x in res.conv_id[2:].split(":"))
-                try:
-                    self.on_moved(key[0], res, p.origins)
-                except Exception:
-                    log.exception("cursor push failed")
-        if moved_users:
-            self.ctx.spawn(notify.changed(self.ctx, moved_users))
+        return results
+
+    def _changed(self, user_ids: set[int]) -> None:
+        """Wake the long polls of users whose sync state moved."""
+        self.ctx.spawn(notify.changed(self.ctx, user_ids))

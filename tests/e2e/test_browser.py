@@ -6,6 +6,7 @@ Screenshots of each step go to ``test-artifacts/screenshots/``."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import expect  # in the test extras
 
 from tests.support import PASSWORD
@@ -339,11 +341,21 @@ async def test_history_pages_back_to_the_start(server: Any, new_page: Any, shots
         await item.click()
         await expect(message(page, f"message {total}")).to_have_count(1)
         rows = page.get_by_test_id("message")
-        for _ in range(20):
+        for _ in range(30):
             if await page.get_by_test_id("older").get_attribute("data-state") == "end":
                 break
+            shown = await rows.count()
             await page.get_by_test_id("messages").evaluate("el => { el.scrollTop = 0; }")
-            await page.wait_for_timeout(150)
+            # scrolled to the top: wait for the older page (more rows) or the start; a
+            # scroll the client ignored (a page was loading, or no scroll event because
+            # it was at the top already) is made again
+            with contextlib.suppress(PlaywrightTimeoutError):
+                await page.wait_for_function(
+                    """n => document.querySelectorAll('[data-testid="message"]').length > n
+                        || document.getElementById('older').dataset.state === 'end'""",
+                    arg=shown,
+                    timeout=1000,
+                )
         await expect(page.get_by_test_id("older")).to_have_attribute("data-state", "end")
         await expect(rows).to_have_count(total)
         await expect(message(page, "message 1")).to_be_visible()

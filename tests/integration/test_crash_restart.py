@@ -51,7 +51,7 @@ async def send_ok(
         if ack.get("ok") or ack.get("code") != "unavailable" or time.monotonic() > deadline:
             return ack
         print(f"\n[send retry] {client_msg_id}: {ack}")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a client's retry pace, not a wait for a condition
 
 
 async def all_history(client: Client, conv: str, page: int = 200) -> list[dict[str, Any]]:

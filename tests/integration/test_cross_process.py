@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +11,14 @@ from typing import Any
 import pytest
 
 from im_server.client import Client, Connection
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, new_user
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    new_user,
+    wait_nodes_linked,
+)
 
 PUSH_TIMEOUT = 3.0
 
@@ -27,7 +33,7 @@ def two_servers(
     s2: ServerProcess | None = None
     try:
         s2 = ServerProcess(env={**env, "IM_NODE_NAME": "xnode-2"}).start()
-        time.sleep(1.5)  # let the nodes see each other (1 s heartbeats)
+        wait_nodes_linked(s1.url, s2.url)
         yield s1, s2
     finally:
         s1.terminate()
@@ -41,11 +47,10 @@ async def login_on(url: str, client: Client, device_id: str) -> Client:
 
 async def settle(*conns: Connection) -> None:
     """A ping round trip on each socket (the server registers a socket and subscribes
-    to its user's channel before completing the handshake, so this is belt and braces),
-    and a short pause for the other node's heartbeat to list this one."""
+    to its user's channel before completing the handshake, so this is belt and braces;
+    the nodes already publish to each other, see ``two_servers``)."""
     for c in conns:
         await c.ping()
-    await asyncio.sleep(0.3)
 
 
 def is_msg(client_msg_id: str) -> Any:

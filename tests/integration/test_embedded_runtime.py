@@ -52,7 +52,7 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
     while alive(pid):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(0.02)  # the poll interval of a wait for a condition
     return True
 
 

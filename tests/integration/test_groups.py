@@ -435,7 +435,7 @@ async def test_recall_too_late(stores: Stores) -> None:
         assert await _send(Own, conv, "slow") == 2
         await _persisted(Own, conv, 2)
         assert (await Own.recall(conv, 1)) is not None, "within the window it works"
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # under test: the 1 s recall window runs out
         await _expect(Own.recall(conv, 2), 403, "forbidden")
 
         async def settled() -> list[dict[str, Any]] | None:
@@ -564,7 +564,10 @@ async def test_member_add_storm_does_not_stall_other_requests(make: Make, url: s
         return time.monotonic() - t0
 
     storm = [asyncio.ensure_future(owner.add_members(gid, ids)) for _ in range(60)]
-    await asyncio.sleep(0.5)  # let the storm reach the server
+    # the storm has reached the server once its first call is answered; the calls below
+    # must run while the others are still in flight, or they would measure nothing
+    await asyncio.wait(storm, return_when=asyncio.FIRST_COMPLETED)
+    assert not all(t.done() for t in storm), "the storm was over before the timed calls"
     read_s = await timed(other.conversations())
     write_s = await timed(other.create_group("meanwhile", []))
     results = await asyncio.gather(*storm)

@@ -648,12 +648,19 @@ async def settled(env: Env) -> AsyncIterator[Env]:
     await bc.ping()
 
     async def persisted() -> bool:
+        """Every write above is durable and visible, carol's message included: the
+        snapshot below must not catch the setup half done."""
         states = {s["conv_id"]: s for s in await a.conversations()}
         st_ = states.get(env.mine, {})
-        return st_.get("max_seq") == 5 and st_.get("peer_delivered_seq") == 4
+        foreign = await env.carol.history(env.foreign, limit=1, order="desc")
+        return (
+            st_.get("max_seq") == 5
+            and st_.get("peer_delivered_seq") == 4
+            and foreign["max_seq"] == 1
+            and len(foreign["messages"]) == 1
+        )
 
     await eventually(persisted)
-    await asyncio.sleep(0.2)
     cc = await env.carol.connect()
     await cc.ping()
     env.extra.update(bob_conn=bc, carol_conn=cc, before=await snapshot(env))
@@ -757,10 +764,14 @@ async def test_refused_requests_leave_no_trace_later(settled: Env) -> None:
         if want == "ack":
             assert ev["ok"] is False, (f, ev)
     await conn.ping()
-    await asyncio.sleep(1.5)  # persister batches, cursor group commit, receipt pushes
+    # under test: nothing changes or arrives within this window. Each refused frame was
+    # answered, so its cursor report or send was already settled; receipts go out on a
+    # ~1 s timer, so a wrongly counted read would be pushed by then
+    await asyncio.sleep(1.5)
     changes = diff(env.extra["before"], await snapshot(env))
     assert not changes, "refused frames changed state:\n" + "\n".join(changes)
     for name in ("bob_conn", "carol_conn"):
+        await env.extra[name].ping()  # whatever was pushed before the pong is here
         got = env.extra[name].pending_events()
         assert got == [], f"{name} was told about refused frames: {got}"
     # a real send still gets the next seq: refusals took none, and a client_msg_id of a

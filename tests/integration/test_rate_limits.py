@@ -118,7 +118,7 @@ async def test_send_burst_is_limited_and_refusals_take_no_seq(
     assert bob_ack["ok"] is True, bob_ack
 
     # after a pause the bucket has refilled
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # under test: the refill over time
     again = [await conn.send(conv, f"after pause {i}") for i in range(SEND_PER_S)]
     assert all(a["ok"] for a in again), again
     every = sorted(
@@ -163,8 +163,14 @@ async def test_read_reports_are_limited_and_refusals_move_no_cursor(
     assert errors and all(e["code"] == "rate_limited" and e["message"] for e in errors), errors
     accepted = 9 - len(errors)
     assert accepted <= 3, (accepted, errors)  # refills at 5/s while the frames are handled
-    await asyncio.sleep(0.3)  # the cursor batcher's group commit
-    st = await _state(bob, conv)
+
+    async def flushed() -> dict[str, Any] | None:
+        """The accepted reports are durable (the cursor batcher's group commit); refused
+        ones never reach the batcher, so nothing can move the cursor further later."""
+        st_ = await _state(bob, conv)
+        return st_ if st_["read_seq"] >= 1 + accepted else None
+
+    st = await eventually(flushed)
     assert st["read_seq"] == 1 + accepted, (st, len(errors))
     assert st["unread"] == 10 - (1 + accepted), st
 
@@ -175,7 +181,7 @@ async def test_read_reports_are_limited_and_refusals_move_no_cursor(
     assert any(e["code"] == "rate_limited" for e in errs), errs
 
     # after a pause, reports work again
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.1)  # under test: the refill over time
     await conn.read(conv, 10)
     assert await _errors(conn, 0.2) == []
 

@@ -3,13 +3,12 @@ readers; counts only; disabled (403 receipts_disabled, and no receipt pushes).""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from im_server.client import ApiError, Client
-from tests.support import ServerProcess, Stores, eventually, new_user
+from tests.support import ServerProcess, Stores, eventually, new_user, persisted
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +74,8 @@ async def test_no_receipt_pushes_above_the_threshold(tiny_tiers: ServerProcess) 
         g = await owner.create_group(f"push {size}", [o.user_id for o in others])
         conn = await owner.connect()
         ack = await conn.send(g["conv_id"], "hello all")
-        await asyncio.sleep(0.3)
+        # receipts are counted over persisted messages
+        await persisted(owner, g["conv_id"], ack["seq"])
         for o in others:
             await o.read_rest(g["conv_id"], ack["seq"])
         ev = await conn.try_next_event("receipt", timeout=3.0)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from im_server.client import ApiError, Client
-from tests.support import befriend, eventually, new_user
+from tests.support import befriend, new_user, persisted
 
 
 async def test_dense_seqs_under_concurrent_senders(url: str) -> None:
@@ -43,13 +43,14 @@ async def test_duplicate_send_returns_first_ack(pair: tuple[Client, Client, str]
             first["server_time"],
         )
 
-    async def persisted() -> list[dict]:
-        return (await bob.history(conv))["messages"]
-
-    msgs = await eventually(persisted)
-    await asyncio.sleep(0.3)
+    # a send after the repeats gets the very next seq (no repeat took one), and once it
+    # is persisted so is everything queued before it: the message is there once
+    after = uuid.uuid4().hex
+    nxt = await alice.send_rest(conv, "after", client_msg_id=after)
+    assert nxt["ok"] is True and nxt["seq"] == first["seq"] + 1, nxt
+    await persisted(bob, conv, nxt["seq"])
     msgs = (await bob.history(conv))["messages"]
-    assert [m["client_msg_id"] for m in msgs] == [cmid]
+    assert [m["client_msg_id"] for m in msgs] == [cmid, after]
     await ca.close()
 
 
@@ -104,9 +105,12 @@ async def test_outsider_cannot_send(url: str, pair: tuple[Client, Client, str]) 
     g = await alice.create_group("private", [bob.user_id])
     refused = await ce.send(g["conv_id"], "hi group")
     assert refused["ok"] is False and refused["code"] == "not_member"
-    # nothing was stored
-    await asyncio.sleep(0.3)
-    assert (await alice.history(conv))["messages"] == []
+    # nothing was stored: the next legitimate send is seq 1, and alone once persisted
+    cmid = uuid.uuid4().hex
+    ack = await alice.send_rest(conv, "first", client_msg_id=cmid)
+    assert ack["ok"] is True and ack["seq"] == 1, ack
+    await persisted(alice, conv, 1)
+    assert [m["client_msg_id"] for m in (await alice.history(conv))["messages"]] == [cmid]
     await ce.close()
 
 

@@ -426,7 +426,7 @@ def _old_style_folder(root: Path) -> None:
             except redis.ConnectionError:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
-                time.sleep(0.02)
+                time.sleep(0.02)  # the poll interval of a wait for a condition
         c.close()
     finally:
         server.send_signal(signal.SIGTERM)

@@ -20,7 +20,16 @@ import asyncpg
 import pytest
 
 from im_server.client import Client, Connection, SyncState
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user, pg_dsn
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    new_user,
+    pg_dsn,
+    wait_nodes_linked,
+)
 from tests.support import pg as pg_connection
 
 LONG_POLL_SLACK = 0.25  # scheduling and HTTP on top of the 1 s promise
@@ -192,7 +201,7 @@ def second(stores: Stores, server: ServerProcess) -> Iterator[ServerProcess]:
     so that the log folder is set)."""
     s2 = ServerProcess(env=stores.env()).start()
     try:
-        time.sleep(1.5)  # let the nodes see each other (1 s heartbeats)
+        wait_nodes_linked(server.url, s2.url)
         yield s2
     finally:
         s2.terminate()
@@ -378,7 +387,7 @@ async def test_long_poll_answers_within_a_second_of_a_change(
     assert (await alice.sync(v))["conversations"] == []
 
     poll = asyncio.create_task(alice.sync(v, wait=5))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # under test: the poll holds while nothing changes
     assert not poll.done(), "nothing changed: the poll must still be waiting"
     t0 = time.monotonic()
     ack = await bob.send_rest(conv, "wake up")
@@ -413,7 +422,7 @@ async def test_long_poll_on_another_process(
         v = (await far.sync(0))["version"]
         for change in ("message", "clear"):
             poll = asyncio.create_task(far.sync(v, wait=5))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # under test: the poll holds while nothing changes
             assert not poll.done()
             t0 = time.monotonic()
             if change == "message":
@@ -544,7 +553,7 @@ async def test_no_version_at_or_below_an_answer_appears_later(
         )
         clear_task = asyncio.create_task(alice.clear(conv1))
         await wait_lock_waiters(watcher, 1)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # under test: the clear stays queued (a negative over time)
         assert not clear_task.done(), "the clear must queue behind the held version"
 
         mid = await alice.sync(v)
