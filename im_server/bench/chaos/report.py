@@ -7,6 +7,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+FINDINGS = (
+    "lost",
+    "duplicated",
+    "seq_violations",
+    "read_regressions",
+    "resend_bad",
+    "history_bad",
+    "exited",
+)
+"""The lists of a :class:`Result` that name what went wrong (empty when all is well)."""
+
 
 @dataclass
 class Result:
@@ -64,15 +75,7 @@ class Result:
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("logs")
-        for k in (
-            "lost",
-            "duplicated",
-            "seq_violations",
-            "read_regressions",
-            "resend_bad",
-            "history_bad",
-            "exited",
-        ):
+        for k in FINDINGS:
             d[f"{k}_n"] = len(d[k])
             d[k] = d[k][:20]
         d["ok"] = self.ok
@@ -90,15 +93,7 @@ class Result:
             f"{self.max_ack_gap_s:.2f} s, backlog persisted {self.backlog_persisted_s}, drain {self.drain_s}",
             f"  recovered={self.recovered} settled={self.settled} wiped={self.wiped}",
         ]
-        for k in (
-            "lost",
-            "duplicated",
-            "seq_violations",
-            "read_regressions",
-            "resend_bad",
-            "history_bad",
-            "exited",
-        ):
+        for k in FINDINGS:
             v = getattr(self, k)
             if v:
                 lines.append(f"  {k} ({len(v)}): " + "; ".join(v[:15]))
