@@ -11,10 +11,11 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import ImError, not_found
 from im_server.ids import ConvRef
+from im_server.protocol.types import MAX_INT64
 from im_server.storage import conversations, messages
 from im_server.storage.conversations import ConvRow, MemberRow
 
-INF = 2**63 - 1
+INF = MAX_INT64  # an open window end
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from im_server.protocol.types import MAX_INT64
 from im_server.storage.conversations import MESSAGE_COLUMNS, message_dict
 
 
@@ -93,7 +94,7 @@ async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]
     itself. Returns the users touched."""
     lows: dict[str, int] = {}
     for m in batch:
-        if m.seq < lows.get(m.conv_id, 2**63 - 1):
+        if m.seq < lows.get(m.conv_id, MAX_INT64):
             lows[m.conv_id] = m.seq
     convs = sorted(lows)
     hits = await conn.fetch(
