@@ -667,6 +667,14 @@ async def _ok(w: World, _: Any) -> None:
     return None
 
 
+async def _a_schema_only(w: World, res: Any) -> None:
+    """The frame schema, and nothing about any user."""
+    assert isinstance(res, dict) and set(res["$defs"]) >= {"client_frame", "server_frame"}
+    assert "anyOf" in res
+    text = str(res)
+    assert all(c.username not in text for c in w.users.values() if c.username)
+
+
 # ---- pushes that must not have leaked (run last) --------------------------------------------
 
 
@@ -1319,6 +1327,16 @@ def _cases() -> list[Case]:
                         thens.get(what),
                     )
                 )
+    # public by design: the frame schema carries no user data, like /openapi.json
+    for variant in ("garbage", "notoken"):
+        cs.append(
+            Case(
+                variant,
+                "GET protocol/ws-schema (public)",
+                R(variant, "GET", lambda w: "/v1/protocol/ws-schema"),
+                _a_schema_only,
+            )
+        )
     for variant in ("garbage", "forged", "revoked", "notoken"):
         cs.append(
             Case(
