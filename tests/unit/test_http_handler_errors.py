@@ -1,0 +1,55 @@
+"""A bug in a REST handler: answered 500 with the contract's error body (no traceback or
+exception text to the client), logged with its traceback, and counted in
+``im_http_handler_errors_total``. The app runs in-process without its lifespan, so no
+store is needed."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+
+from im_server import metrics
+from im_server.app import create_app
+from im_server.config import load_settings
+
+
+async def test_a_handler_bug_is_answered_500_logged_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
+
+    async def broken() -> None:
+        raise ZeroDivisionError("secret detail")
+
+    app.add_api_route("/v1/broken", broken)
+    app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
+    before = metrics.HTTP_HANDLER_ERRORS._value.get()
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        with caplog.at_level(logging.ERROR, logger="im_server.app"):
+            resp = await client.get("/v1/broken")
+    assert resp.status_code == 500
+    assert resp.json() == {"error": {"code": "internal", "message": "internal error"}}
+    assert "secret detail" not in resp.text
+    assert metrics.HTTP_HANDLER_ERRORS._value.get() == before + 1
+    logged = [r for r in caplog.records if "unexpected error on GET /v1/broken" in r.getMessage()]
+    assert logged and logged[0].exc_info is not None
+
+
+async def test_a_store_failure_is_503_and_not_counted_as_a_bug() -> None:
+    app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
+
+    async def store_down() -> None:
+        raise ConnectionRefusedError("connection refused")
+
+    app.add_api_route("/v1/store-down", store_down)
+    app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
+    before = metrics.HTTP_HANDLER_ERRORS._value.get()
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        resp = await client.get("/v1/store-down")
+    assert resp.status_code == 503
+    assert resp.json()["error"]["code"] == "unavailable"
+    assert metrics.HTTP_HANDLER_ERRORS._value.get() == before
