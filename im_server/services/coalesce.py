@@ -33,15 +33,16 @@ class Coalescer(Generic[T, R]):
                 batch, self._queue = self._queue[: self._max], self._queue[self._max :]
                 try:
                     results = await self._run([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"a batch of {len(batch)} got {len(results)} results")
                 except BaseException as e:  # every waiter must hear of it
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(
-                                e if isinstance(e, Exception) else RuntimeError(str(e))
-                            )
-                    if not isinstance(e, Exception):
-                        raise
-                    continue
+                    if isinstance(e, Exception):
+                        _fail(batch, e)
+                        continue
+                    # cancelled (shutdown): nobody will drain what is queued either
+                    _fail(batch + self._queue, RuntimeError(f"store call interrupted: {e!r}"))
+                    self._queue = []
+                    raise
                 for (_, fut), res in zip(batch, results, strict=True):
                     if fut.done():
                         continue
@@ -51,3 +52,9 @@ class Coalescer(Generic[T, R]):
                         fut.set_result(res)
         finally:
             self._draining = False
+
+
+def _fail(waiters: list[tuple[T, asyncio.Future[R]]], error: Exception) -> None:
+    for _, fut in waiters:
+        if not fut.done():
+            fut.set_exception(error)

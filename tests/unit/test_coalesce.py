@@ -144,3 +144,28 @@ async def test_a_cancelled_waiter_in_a_failed_batch() -> None:
         await b
     assert a.cancelled()
     assert await co.submit(5) == 50
+
+
+async def test_a_wrong_number_of_results_fails_the_batch_instead_of_hanging() -> None:
+    async def short(items: list[int]) -> list[int]:
+        return [x * 10 for x in items][:-1]
+
+    co: Coalescer[int, int] = Coalescer(short)
+    res = await asyncio.wait_for(
+        asyncio.gather(co.submit(1), co.submit(2), return_exceptions=True), 1.0
+    )
+    assert all(isinstance(r, RuntimeError) and "2 got 1" in str(r) for r in res)
+
+
+async def test_an_interrupted_call_also_fails_what_was_queued_behind_it() -> None:
+    """After a cancelled store call (a shutdown) no drain is left to run the queue:
+    those waiters hear of it at once instead of waiting for a submit that never comes."""
+    store = Store(open_=False)
+    store.fail = asyncio.CancelledError()
+    co: Coalescer[int, int | Exception] = Coalescer(store.run)
+    first = co.submit(1)
+    await eventually(lambda: store.batches == [[1]])
+    queued = co.submit(2)  # waits behind the call in flight
+    store.gate.set()
+    res = await asyncio.wait_for(asyncio.gather(first, queued, return_exceptions=True), 1.0)
+    assert all(isinstance(r, RuntimeError) for r in res)
