@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
-from im_server.protocol.client_frames import check_text_content
+from im_server.protocol.client_frames import SendFields
 from im_server.protocol.types import (
-    ClientContentType,
-    ClientMsgId,
-    JsonObject,
     ReportedSeq,
     UserId,
 )
@@ -73,20 +70,12 @@ class AddMembers(BaseModel):
     with_history: bool = False
 
 
-class SendBody(BaseModel):
+class SendBody(SendFields):
     """The fields of the WebSocket ``send`` frame; the path names the conversation."""
 
     model_config = _body(
         {"client_msg_id": "6f1c2b0e9a", "content_type": "text", "content": {"text": "hello"}}
     )
-    client_msg_id: ClientMsgId
-    content_type: ClientContentType = "text"
-    content: JsonObject
-
-    @model_validator(mode="after")
-    def _text_rule(self) -> SendBody:
-        check_text_content(self.content_type, self.content)
-        return self
 
 
 class ReadBody(BaseModel):

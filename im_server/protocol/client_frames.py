@@ -7,7 +7,7 @@ server does not know yet, and must still be understood (forward compatibility)."
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 import orjson
 from pydantic import (
@@ -46,19 +46,25 @@ class ClientFrameModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class SendFrame(ClientFrameModel):
-    """Send a message; answered by an "ack" frame (ok or refused), never by an "error"."""
+class SendFields(BaseModel):
+    """What a send carries, over the WebSocket (``send`` frame) and over REST (``POST
+    .../messages``, where the path names the conversation): one definition for both."""
 
-    type: Literal["send"]
-    conv_id: ConvId
     client_msg_id: ClientMsgId
     content_type: ClientContentType = "text"
     content: JsonObject
 
     @model_validator(mode="after")
-    def _text_rule(self) -> SendFrame:
+    def _text_rule(self) -> Self:
         check_text_content(self.content_type, self.content)
         return self
+
+
+class SendFrame(ClientFrameModel, SendFields):
+    """Send a message; answered by an "ack" frame (ok or refused), never by an "error"."""
+
+    type: Literal["send"]
+    conv_id: ConvId
 
 
 class ReadFrame(ClientFrameModel):
@@ -143,13 +149,26 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
     return frame
 
 
+FIELD_ORDER = ("conv_id", "client_msg_id", "content_type", "content", "seq")
+"""The order in which a frame's fields are reported: where the conversation is, then what
+is sent (a send's own fields come from :class:`SendFields`, declared before ``conv_id``)."""
+
+
+def _field_rank(loc: list[str]) -> int:
+    name = loc[0] if loc else ""
+    return FIELD_ORDER.index(name) if name in FIELD_ORDER else len(FIELD_ORDER)
+
+
 def explain(exc: ValidationError, model: type[BaseModel]) -> str:
-    """The first error of a frame (fields are checked in the order the contract lists
-    them) as one sentence that names the field: ``"seq must be a non-negative integer"``."""
-    err = exc.errors(include_url=False, include_input=False)[0]
-    loc = [str(p) for p in err["loc"]]
-    if loc and loc[0] in CLIENT_TYPES:  # the tagged union puts the tag first
-        loc = loc[1:]
+    """The first error of a frame, in :data:`FIELD_ORDER`, as one sentence that names the
+    field: ``"seq must be a non-negative integer"``."""
+    errors = []
+    for e in exc.errors(include_url=False, include_input=False):
+        loc = [str(p) for p in e["loc"]]
+        if loc and loc[0] in CLIENT_TYPES:  # the tagged union puts the tag first
+            loc = loc[1:]
+        errors.append((_field_rank(loc), loc, e))
+    _, loc, err = min(errors, key=lambda x: x[0])
     if not loc:
         return err["msg"]  # a rule over several fields: its message says it all
     name = ".".join(loc)

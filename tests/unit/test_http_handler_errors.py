@@ -15,41 +15,41 @@ from im_server.app import create_app
 from im_server.config import load_settings
 
 
+async def _get_raising(error: Exception, path: str) -> httpx.Response:
+    """GET a route that raises ``error``, on an app without its lifespan."""
+    app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
+
+    async def route() -> None:
+        raise error
+
+    app.add_api_route(path, route)
+    app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        return await client.get(path)
+
+
+def _bugs() -> float:
+    return float(metrics.HTTP_HANDLER_ERRORS._value.get())
+
+
 async def test_a_handler_bug_is_answered_500_logged_and_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
-
-    async def broken() -> None:
-        raise ZeroDivisionError("secret detail")
-
-    app.add_api_route("/v1/broken", broken)
-    app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
-    before = metrics.HTTP_HANDLER_ERRORS._value.get()
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        with caplog.at_level(logging.ERROR, logger="im_server.app"):
-            resp = await client.get("/v1/broken")
+    before = _bugs()
+    with caplog.at_level(logging.ERROR, logger="im_server.app"):
+        resp = await _get_raising(ZeroDivisionError("secret detail"), "/v1/broken")
     assert resp.status_code == 500
     assert resp.json() == {"error": {"code": "internal", "message": "internal error"}}
     assert "secret detail" not in resp.text
-    assert metrics.HTTP_HANDLER_ERRORS._value.get() == before + 1
+    assert _bugs() == before + 1
     logged = [r for r in caplog.records if "unexpected error on GET /v1/broken" in r.getMessage()]
     assert logged and logged[0].exc_info is not None
 
 
 async def test_a_store_failure_is_503_and_not_counted_as_a_bug() -> None:
-    app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
-
-    async def store_down() -> None:
-        raise ConnectionRefusedError("connection refused")
-
-    app.add_api_route("/v1/store-down", store_down)
-    app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
-    before = metrics.HTTP_HANDLER_ERRORS._value.get()
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        resp = await client.get("/v1/store-down")
+    before = _bugs()
+    resp = await _get_raising(ConnectionRefusedError("connection refused"), "/v1/store-down")
     assert resp.status_code == 503
     assert resp.json()["error"]["code"] == "unavailable"
-    assert metrics.HTTP_HANDLER_ERRORS._value.get() == before
+    assert _bugs() == before
