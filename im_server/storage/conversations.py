@@ -281,7 +281,8 @@ async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
 # The columns of a message row, in the order ``message_dict`` reads them (shared with the
 # history and sync queries).
 MESSAGE_COLUMNS = (
-    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled, "
+    "mentions, mention_all, reply_to"
 )
 
 
@@ -298,6 +299,9 @@ def message_dict(row: Any) -> dict[str, Any]:
         "content": content,
         "server_time": int(row[6]),
         "recalled": bool(row[7]),
+        "mentions": [int(u) for u in row[8]],
+        "mention_all": bool(row[9]),
+        "reply_to": int(row[10]) if row[10] is not None else None,
     }
 
 
@@ -314,6 +318,17 @@ _UNREAD = (
     f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
     "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
+)
+# Of those, the ones that mention me or everyone: the same rules, read from the partial
+# index messages_mentions (only messages that mention anyone), so it stays an index-only
+# scan however long the unread backlog is.
+_MENTION_UNREAD = (
+    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
+    f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
+    "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
+    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system') "
+    "AND (x.mention_all OR cardinality(x.mentions) > 0) "
+    "AND (x.mention_all OR m.user_id = ANY(x.mentions)))"
 )
 
 
@@ -346,7 +361,8 @@ async def states(
                pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
-               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden
+               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden,
+               lm.mentions, lm.mention_all, lm.reply_to, {_MENTION_UNREAD} AS mention_unread
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
@@ -369,7 +385,8 @@ async def states(
             "max_seq": max(wmax, wmin - 1),
             "read_seq": int(r[6] or 0),
             "unread": int(r[11]),
-            "last_message": message_dict(r[12:20]) if r[12] is not None else None,
+            "mention_unread": int(r[26]),
+            "last_message": message_dict((*r[12:20], *r[23:26])) if r[12] is not None else None,
             "version": int(r[7]),
         }
         if include_hidden:
@@ -387,13 +404,15 @@ async def states(
     return out
 
 
-async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int]]:
-    """Unread count of every conversation of the user, in one statement."""
+async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int, int]]:
+    """(conv_id, unread, mention_unread) of every conversation of the user with unread
+    messages, in one statement."""
     r = await conn.execute(
         text(
-            f"SELECT m.conv_id, {_UNREAD} AS unread FROM conv_members m JOIN conversations c "
+            f"SELECT m.conv_id, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread "
+            "FROM conv_members m JOIN conversations c "
             "ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
         ),
         {"u": user_id},
     )
-    return [(str(a), int(b)) for a, b in r if b]
+    return [(str(a), int(b), int(n)) for a, b, n in r if b]

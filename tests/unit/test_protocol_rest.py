@@ -70,6 +70,9 @@ MESSAGE = {
     "content": {"text": "ok"},
     "server_time": 1764412345678,
     "recalled": False,
+    "mentions": [],
+    "mention_all": False,
+    "reply_to": None,
 }
 
 
