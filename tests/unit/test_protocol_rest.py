@@ -91,6 +91,7 @@ def test_response_models_are_exact() -> None:
         "max_seq": 5,
         "read_seq": 4,
         "unread": 1,
+        "mention_unread": 0,
         "last_message": None,
         "version": 311,
         "peer_id": 2,
