@@ -105,8 +105,7 @@ async def check_extras(
     if ref.kind == "single" and (mentions or mention_all):
         raise bad_request("mentions and mention_all are for group messages only")
     async with ctx.db.connect() as conn:
-        conv = await conversations.conv_row(conn, ref.conv_id)
-        me = await conversations.member(conn, ref.conv_id, sender_id) if conv else None
+        conv, me = await conversations.conv_and_member(conn, ref.conv_id, sender_id)
     if ref.kind == "group" and (me is None or not me.active):
         raise ImError("not_member", _DENIED["not_member"])
     if mention_all and (me is None or me.role < conversations.ROLE_ADMIN):

@@ -55,6 +55,26 @@ async def conv_row(conn: AsyncConnection, conv_id: str) -> ConvRow | None:
     return ConvRow(*row) if row else None
 
 
+async def conv_and_member(
+    conn: AsyncConnection, conv_id: str, user_id: int
+) -> tuple[ConvRow | None, MemberRow | None]:
+    """The conversation and the user's row in it, in one round trip."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT c.conv_id, c.conv_type, c.group_id, c.min_seq, c.max_seq, m.conv_id, "
+                "m.user_id, m.role, m.min_seq, m.max_seq, m.read_seq, m.delivered_seq, "
+                "m.hidden_seq FROM conversations c LEFT JOIN conv_members m "
+                "ON m.conv_id = c.conv_id AND m.user_id = :u WHERE c.conv_id = :c"
+            ),
+            {"c": conv_id, "u": user_id},
+        )
+    ).first()
+    if row is None:
+        return None, None
+    return ConvRow(*row[:5]), MemberRow(*row[5:]) if row[5] is not None else None
+
+
 async def ensure_conversation(
     conn: AsyncConnection, conv_id: str, conv_type: int, group_id: int | None = None
 ) -> None:
