@@ -339,15 +339,13 @@ _UNREAD = (
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
     "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
 )
-# Of those, the ones that mention me or everyone: the same rules, read from the partial
-# index messages_mentions (only messages that mention anyone), so it stays an index-only
-# scan however long the unread backlog is.
+# Of those, the ones that mention me or everyone: _UNREAD itself (so the rules cannot
+# drift apart) plus the mention test. The first added condition is the predicate of the
+# partial index messages_mentions (only messages that mention anyone, covering what this
+# reads), so the count stays an index-only scan however long the unread backlog is.
+assert _UNREAD.endswith(")")
 _MENTION_UNREAD = (
-    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
-    f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
-    "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
-    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system') "
-    "AND (x.mention_all OR cardinality(x.mentions) > 0) "
+    _UNREAD[:-1] + " AND (x.mention_all OR cardinality(x.mentions) > 0) "
     "AND (x.mention_all OR m.user_id = ANY(x.mentions)))"
 )
 
