@@ -9,7 +9,10 @@ else 0, clamped to U's window), through a SQLAlchemy AsyncEngine made by
 the per-conversation way, 1 + 200 statements (list U's conversations, then one COUNT per
 conversation with the same rules, built from the same SQL constants), which must give
 the same counts. Then ``EXPLAIN (ANALYZE, BUFFERS)`` of the captured statement (custom
-and generic plan) is written to ``docs/unread-query-explain.md``.
+and generic plan) is written to ``docs/unread-query-explain.md``. The statement counts
+``mention_unread`` too; "before" times the same statement without it (unread only, as it
+was before mentions), "no mention index" the full statement with ``messages_mentions``
+dropped (it is created again afterwards).
 
 It starts its own PostgreSQL and Redis (embedded, temp folder, fsync OFF: only the bulk
 load writes, the measured part reads) and stops them at the end, also on error.
@@ -18,7 +21,8 @@ Data (all with SQL, generate_series): ``--convs`` conversations of ``--per-conv`
 messages each (default 1000 x 1000). U is in ``--u-singles`` single chats and
 ``--u-groups`` groups (default 150 + 50); the rest are other users' singles and groups.
 In U's conversations U sent every 5th message up to a point (never, in a third of them),
-about 2 % are ``system``/``recall`` notices; U's read cursor is NULL in a quarter of them
+about 2 % are ``system``/``recall`` notices; in groups 2 % of the messages mention U, 2 %
+someone else, 0.5 % everyone (``mention_all``); U's read cursor is NULL in a quarter of them
 (the fallback to U's last sent seq), elsewhere anywhere from 0 to the end; a tenth have a
 window starting at 300 (joined late / cleared), a few groups one ending at 800 (left).
 Then VACUUM ANALYZE.
@@ -185,14 +189,19 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
     await pg.execute(
         """
         INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content,
-                              server_time, recalled)
+                              server_time, recalled, mentions, mention_all)
         SELECT b.conv_id, s,
                CASE WHEN s % 5 = 0 AND s <= b.u_until THEN b.u
                     ELSE b.senders[1 + (s * 7919) % cardinality(b.senders)] END,
                b.conv_id || '#' || s,
                CASE WHEN s % 97 = 0 THEN 'system' WHEN s % 89 = 0 THEN 'recall' ELSE 'text' END,
                '{"text": "hello there"}'::jsonb,
-               $2::bigint + s, false
+               $2::bigint + s, false,
+               CASE WHEN b.conv_id LIKE 'g:%' AND s % 50 = 7 THEN ARRAY[b.u]
+                    WHEN b.conv_id LIKE 'g:%' AND s % 50 = 21
+                    THEN ARRAY[b.senders[1 + s % cardinality(b.senders)]]
+                    ELSE '{}'::bigint[] END,
+               b.conv_id LIKE 'g:%' AND s % 200 = 99
           FROM bench_convs b CROSS JOIN generate_series(1, $1::int) s
          ORDER BY b.conv_id, s
         """,
@@ -205,6 +214,9 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
     vacuum_s = time.monotonic() - t
     n_msgs = await pg.fetchval("SELECT count(*) FROM messages")
     u_sent = await pg.fetchval("SELECT count(*) FROM messages WHERE sender_id = $1", u)
+    mentioning = await pg.fetchval(
+        "SELECT count(*) FROM messages WHERE mention_all OR cardinality(mentions) > 0"
+    )
     size = await pg.fetchval("SELECT pg_size_pretty(pg_total_relation_size('messages'))")
     return {
         "user_id": u,
@@ -215,6 +227,7 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
         "u_groups": args.u_groups,
         "messages": int(n_msgs),
         "u_sent_messages": int(u_sent),
+        "mentioning_messages": int(mentioning),
         "u_null_cursors": sum(1 for r in u_rows if r[5] is None),
         "messages_size": size,
         "load_s": round(load_s, 1),
@@ -227,15 +240,23 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
 
 
 def per_conv_sql() -> str:
-    """One conversation's unread count, with the very rules of the one-statement query
-    (built from the same constants)."""
+    """One conversation's unread and mention counts, with the very rules of the
+    one-statement query (built from the same constants)."""
     return (
-        f"SELECT {conv_store._UNREAD} FROM conv_members m JOIN conversations c "
-        "ON c.conv_id = m.conv_id WHERE m.user_id = :u AND m.conv_id = :c"
+        f"SELECT {conv_store._UNREAD}, {conv_store._MENTION_UNREAD} FROM conv_members m "
+        "JOIN conversations c ON c.conv_id = m.conv_id WHERE m.user_id = :u AND m.conv_id = :c"
     )
 
 
-async def per_conversation(conn: AsyncConnection, u: int) -> list[tuple[str, int]]:
+def before_sql() -> str:
+    """The statement as it was before mention_unread: unread counts only."""
+    return (
+        f"SELECT m.conv_id, {conv_store._UNREAD} AS unread FROM conv_members m JOIN "
+        "conversations c ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
+    )
+
+
+async def per_conversation(conn: AsyncConnection, u: int) -> list[tuple[str, int, int]]:
     ids = (
         await conn.execute(
             text("SELECT conv_id FROM conv_members WHERE user_id = :u ORDER BY conv_id"), {"u": u}
@@ -244,10 +265,68 @@ async def per_conversation(conn: AsyncConnection, u: int) -> list[tuple[str, int
     q = text(per_conv_sql())
     out = []
     for cid in list(ids):
-        n = (await conn.execute(q, {"u": u, "c": cid})).scalar_one()
+        n, k = (await conn.execute(q, {"u": u, "c": cid})).one()
         if n:
-            out.append((str(cid), int(n)))
+            out.append((str(cid), int(n), int(k)))
     return out
+
+
+async def time_statement(conn: AsyncConnection, sql: str, u: int, runs: int) -> dict[str, float]:
+    q = text(sql)
+    for _ in range(10):
+        await conn.execute(q, {"u": u})
+    ms = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        list(await conn.execute(q, {"u": u}))
+        ms.append((time.perf_counter() - t) * 1000)
+    return {
+        "p50_ms": round(pct(ms, 50), 2),
+        "p99_ms": round(pct(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+async def compare(stores: Stores, args: argparse.Namespace, u: int) -> dict[str, Any]:
+    """Before (unread only) against after (unread + mention_unread), interleaved in
+    blocks; then the full statement without the partial index."""
+    engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
+    after_sql = (
+        f"SELECT m.conv_id, {conv_store._UNREAD} AS unread, "
+        f"{conv_store._MENTION_UNREAD} AS mention_unread FROM conv_members m JOIN "
+        "conversations c ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
+    )
+    runs = max(10, args.runs // 4)
+    before: list[dict[str, float]] = []
+    after: list[dict[str, float]] = []
+    try:
+        async with engine.connect() as conn:
+            for _ in range(4):
+                before.append(await time_statement(conn, before_sql(), u, runs))
+                after.append(await time_statement(conn, after_sql, u, runs))
+            await conn.execute(text("DROP INDEX messages_mentions"))
+            await conn.commit()
+            no_index = await time_statement(conn, after_sql, u, runs)
+            await conn.execute(
+                text(
+                    "CREATE INDEX messages_mentions ON messages (conv_id, seq) "
+                    "INCLUDE (sender_id, content_type, mention_all, mentions) "
+                    "WHERE mention_all OR cardinality(mentions) > 0"
+                )
+            )
+            await conn.commit()
+    finally:
+        await engine.dispose()
+
+    def mid(xs: list[dict[str, float]]) -> dict[str, float]:
+        return {k: round(statistics.median(x[k] for x in xs), 2) for k in xs[0]}
+
+    return {
+        "before_unread_only": mid(before),
+        "after_with_mention_unread": mid(after),
+        "after_without_mention_index": no_index,
+        "runs_per_block": runs,
+    }
 
 
 async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str, Any]:
@@ -255,7 +334,7 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     captured: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool):
-        if "AS unread FROM conv_members" in statement and not captured:
+        if "AS mention_unread FROM conv_members" in statement and not captured:
             captured.append((statement, params))
 
     event.listen(engine.sync_engine, "before_cursor_execute", capture)
@@ -301,7 +380,8 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
         ),
         "ratio_p50": round(pct(bms, 50) / pct(ms, 50), 2),
         "unread_conversations": len(one),
-        "unread_total": sum(n for _, n in one),
+        "unread_total": sum(n for _, n, _ in one),
+        "mention_unread_total": sum(k for _, _, k in one),
         "captured_sql": captured[0][0] if captured else None,
         "captured_params": list(captured[0][1]) if captured else None,
     }
@@ -332,6 +412,7 @@ def plan_facts(plan: str) -> dict[str, Any]:
 
     ios_pkey = rows_of(r"Index Only Scan(?: Backward)? using messages_pkey")
     ios_sender = rows_of(r"Index Only Scan(?: Backward)? using messages_sender")
+    ios_mentions = rows_of(r"Index Only Scan(?: Backward)? using messages_mentions")
     heap = sum(int(x) for x in re.findall(r"Heap Fetches: (\d+)", plan))
     first_buf = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
     exec_ms = re.search(r"Execution Time: ([\d.]+) ms", plan)
@@ -347,6 +428,8 @@ def plan_facts(plan: str) -> dict[str, Any]:
         "bitmap_heap_scans_on_messages": len(re.findall(r"Bitmap Heap Scan on messages", plan)),
         "index_only_pkey_nodes": ios_pkey[0],
         "index_only_pkey_rows": int(ios_pkey[1]),
+        "index_only_mentions_nodes": ios_mentions[0],
+        "index_only_mentions_rows": int(ios_mentions[1]),
         "index_only_sender_nodes": ios_sender[0],
         "index_only_sender_rows": int(ios_sender[1]),
         "uses_conv_members_user": "conv_members_user" in plan,
@@ -418,6 +501,11 @@ def write_doc(res: dict[str, Any], plans: dict[str, str], facts: dict[str, Any])
     wanted = ("messages_pkey", "messages_sender", "conv_members_user")
     idx = [line.strip().rstrip(",") for line in ddl.splitlines() if any(w in line for w in wanted)]
     idx.append("-- conversations: conv_id TEXT PRIMARY KEY (conversations_pkey)")
+    idx.append(
+        "-- migrations/versions/0004: CREATE INDEX messages_mentions ON messages (conv_id, seq) "
+        "INCLUDE (sender_id, content_type, mention_all, mentions) "
+        "WHERE mention_all OR cardinality(mentions) > 0"
+    )
     d, t = res["data"], res["timing"]
     same = (
         "yes"
@@ -504,6 +592,7 @@ async def bench(stores: Stores, args: argparse.Namespace) -> dict[str, Any]:
             )
         timing = await measure(stores, args, data["user_id"])
         plans = await explain(pg, timing["captured_sql"], timing["captured_params"])
+        timing["mentions"] = await compare(stores, args, data["user_id"])
     finally:
         await pg.close()
     data.pop("mine")
@@ -567,6 +656,16 @@ def print_table(res: dict[str, Any]) -> None:
         f"{f['heap_fetches']:,}, buffers hit {f['shared_hit']:,} read {f['shared_read']:,}, "
         f"execution {f['execution_ms']} ms"
         + (f"; written to {EXPLAIN_DOC.relative_to(ROOT)}" if res.get("doc") else "")
+    )
+    mt = t["mentions"]
+    console.print(
+        f"mention_unread: {t['mention_unread_total']:,} mentions unread; index-only rows of "
+        f"messages_mentions {f['index_only_mentions_rows']:,}. Statement p50/p99: before "
+        f"(unread only) {mt['before_unread_only']['p50_ms']}/{mt['before_unread_only']['p99_ms']} "
+        f"ms, after {mt['after_with_mention_unread']['p50_ms']}/"
+        f"{mt['after_with_mention_unread']['p99_ms']} ms, after without the index "
+        f"{mt['after_without_mention_index']['p50_ms']}/"
+        f"{mt['after_without_mention_index']['p99_ms']} ms"
     )
 
 

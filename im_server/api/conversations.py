@@ -73,8 +73,19 @@ async def get_messages(
 async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx) -> AckOk:
     ref = parse_conv_id(conv_id)
     content_json = send.check_send(ctx, caller.user_id, ref, body.content)
+    extras = None
+    if not body.plain:
+        extras = await send.check_extras(
+            ctx, caller.user_id, ref, body.mentions, body.mention_all, body.reply_to
+        )
     return await send.do_send(
-        ctx, caller.user_id, ref, body.client_msg_id, body.content_type, content_json
+        ctx,
+        caller.user_id,
+        ref,
+        body.client_msg_id,
+        body.content_type,
+        content_json,
+        extras=extras,
     )
 
 

@@ -130,6 +130,7 @@ class _State(Answer):
     max_seq: Seq = Field(description="counts persisted messages only; min_seq - 1 when empty")
     read_seq: Seq = Field(description="my read cursor, 0 until I report one")
     unread: Count
+    mention_unread: Count = Field(description="of the unread, those that mention me or all")
     last_message: Message | None
     version: Version = Field(description="the sync version of the state's last change")
 
@@ -187,6 +188,7 @@ class Receipts(Answer):
 class UnreadCount(Answer):
     conv_id: ConvId
     unread: Count
+    mention_unread: Count = Field(description="of the unread, those that mention me or all")
 
 
 class Unread(Answer):

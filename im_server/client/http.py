@@ -273,9 +273,21 @@ class Client:
         content: Any,
         content_type: str = "text",
         client_msg_id: str | None = None,
+        *,
+        mentions: list[int] | None = None,
+        mention_all: bool = False,
+        reply_to: int | None = None,
     ) -> JsonObject:
         """Send through REST; same pipeline and ack body as the WebSocket ``send``."""
-        body = send_body(conv_id, content, content_type, client_msg_id)
+        body = send_body(
+            conv_id,
+            content,
+            content_type,
+            client_msg_id,
+            mentions=mentions,
+            mention_all=mention_all,
+            reply_to=reply_to,
+        )
         return await self._obj("POST", conv_path(conv_id) + "/messages", json=body)
 
     async def read_rest(self, conv_id: str, seq: int) -> JsonObject:

@@ -263,13 +263,25 @@ class Connection:
         content: Any,
         content_type: str = "text",
         client_msg_id: str | None = None,
+        *,
+        mentions: list[int] | None = None,
+        mention_all: bool = False,
+        reply_to: int | None = None,
     ) -> asyncio.Future[JsonObject]:
         """Send a message and return the future of its ack without waiting for it.
 
         Lets a benchmark keep a window of sends in flight on one socket. The future
         fails with :class:`ConnectionLost` if the socket closes before the ack.
         """
-        body = send_body(conv_id, content, content_type, client_msg_id)
+        body = send_body(
+            conv_id,
+            content,
+            content_type,
+            client_msg_id,
+            mentions=mentions,
+            mention_all=mention_all,
+            reply_to=reply_to,
+        )
         fut: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         waiters = self._acks.setdefault(body["client_msg_id"], deque())
         waiters.append(fut)
@@ -289,17 +301,28 @@ class Connection:
         *,
         wait: bool = True,
         timeout: float = 10.0,  # part of the public API
+        mentions: list[int] | None = None,
+        mention_all: bool = False,
+        reply_to: int | None = None,
     ) -> JsonObject:
         """Send a message; return its ``ack`` frame, whether ``ok`` is true or false.
 
         With ``wait=False`` the frame is written and returned as sent (with its
         ``client_msg_id``); its ack then arrives on :attr:`events` like any frame.
+        ``mentions`` (group members to mention), ``mention_all`` and ``reply_to`` (a
+        seq) are sent only when given.
         """
+        extra: dict[str, Any] = {
+            "mentions": mentions,
+            "mention_all": mention_all,
+            "reply_to": reply_to,
+        }
         if not wait:
-            frame = {"type": "send", **send_body(conv_id, content, content_type, client_msg_id)}
+            body = send_body(conv_id, content, content_type, client_msg_id, **extra)
+            frame = {"type": "send", **body}
             await self._send_frame(frame)
             return frame
-        fut = await self.send_nowait(conv_id, content, content_type, client_msg_id)
+        fut = await self.send_nowait(conv_id, content, content_type, client_msg_id, **extra)
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:

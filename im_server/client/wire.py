@@ -35,12 +35,27 @@ def _content(content: Any) -> Any:
 
 
 def send_body(
-    conv_id: str, content: Any, content_type: str, client_msg_id: str | None
+    conv_id: str,
+    content: Any,
+    content_type: str,
+    client_msg_id: str | None,
+    *,
+    mentions: list[int] | None = None,
+    mention_all: bool = False,
+    reply_to: int | None = None,
 ) -> JsonObject:
-    """The fields of a send; a new ``client_msg_id`` when none is given."""
-    return {
+    """The fields of a send; a new ``client_msg_id`` when none is given. ``mentions``,
+    ``mention_all`` and ``reply_to`` are sent only when given."""
+    body: JsonObject = {
         "client_msg_id": client_msg_id or uuid.uuid4().hex,
         "conv_id": conv_id,
         "content_type": content_type,
         "content": _content(content),
     }
+    if mentions is not None:
+        body["mentions"] = list(mentions)
+    if mention_all:
+        body["mention_all"] = True
+    if reply_to is not None:
+        body["reply_to"] = reply_to
+    return body

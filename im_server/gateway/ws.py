@@ -96,6 +96,9 @@ class Gateway:
             metrics.SENDS.labels(e.code).inc()
             conn.push(session.refused(cmd.client_msg_id, e))
             return
+        if cmd.mentions or cmd.mention_all or cmd.reply_to is not None:
+            self._spawn(conn, self._send_with_extras(conn, session, cmd, content_json))
+            return
         args = send.new_args(
             self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
         )
@@ -128,6 +131,38 @@ class Gateway:
         # a store fault, or an answer that needs work first
         self._spawn(conn, self._send_slow(conn, session, ref, args))
 
+    async def _send_with_extras(
+        self, conn: Conn, session: Session, cmd: SendCmd, content_json: str
+    ) -> None:
+        """A send that mentions or replies: its checks read the members and the window
+        first, so it takes the slow path (a plain send never does)."""
+        try:
+            extras = await send.check_extras(
+                self.ctx, conn.user_id, cmd.conv, cmd.mentions, cmd.mention_all, cmd.reply_to
+            )
+        except ImError as e:
+            metrics.SENDS.labels(e.code).inc()
+            conn.push(session.refused(cmd.client_msg_id, e))
+            return
+        except Exception as e:  # the task's boundary: the sender must get an ack
+            if is_store_error(e):
+                log.warning("send to %s failed, a store is unavailable: %r", cmd.conv.conv_id, e)
+            else:
+                log.exception("send to %s failed", cmd.conv.conv_id)
+                metrics.WS_HANDLER_ERRORS.labels("send").inc()
+            conn.push(session.refused(cmd.client_msg_id, unavailable("send failed, try again")))
+            return
+        args = send.new_args(
+            self.ctx,
+            conn.user_id,
+            cmd.conv,
+            cmd.client_msg_id,
+            cmd.content_type,
+            content_json,
+            extras,
+        )
+        await self._send_slow(conn, session, cmd.conv, args)
+
     async def _send_slow(self, conn: Conn, session: Session, ref: ConvRef, args: SendArgs) -> None:
         try:
             ack = await send.do_send(
@@ -138,6 +173,7 @@ class Gateway:
                 args.content_type,
                 args.content_json,
                 exclude_conn=conn.id,
+                extras=send.Extras(args.mentions, args.mention_all, args.reply_to),
             )
         except ImError as e:
             conn.push(session.refused(args.client_msg_id, e))

@@ -26,7 +26,10 @@ from im_server.protocol.types import (
     ClientContentType,
     ClientMsgId,
     ConvId,
+    Flag,
     JsonObject,
+    Mentions,
+    ReplyTo,
     ReportedSeq,
     Rule,
 )
@@ -53,6 +56,19 @@ class SendFields(BaseModel):
     client_msg_id: ClientMsgId
     content_type: ClientContentType = "text"
     content: JsonObject
+    mentions: Mentions = Field(
+        default_factory=list,
+        description="groups only: user ids to mention; those not members now are dropped",
+    )
+    mention_all: Flag = Field(False, description="groups only: mention everyone (owner, admins)")
+    reply_to: ReplyTo | None = Field(
+        None, description="the seq this message answers: one the sender can see here"
+    )
+
+    @property
+    def plain(self) -> bool:
+        """No mention and no reply: the send needs no check beyond the script's."""
+        return not self.mentions and not self.mention_all and self.reply_to is None
 
     @model_validator(mode="after")
     def _text_rule(self) -> Self:
@@ -149,7 +165,16 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
     return frame
 
 
-FIELD_ORDER = ("conv_id", "client_msg_id", "content_type", "content", "seq")
+FIELD_ORDER = (
+    "conv_id",
+    "client_msg_id",
+    "content_type",
+    "content",
+    "mentions",
+    "mention_all",
+    "reply_to",
+    "seq",
+)
 """The order in which a frame's fields are reported: where the conversation is, then what
 is sent (a send's own fields come from :class:`SendFields`, declared before ``conv_id``)."""
 

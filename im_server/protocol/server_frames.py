@@ -13,6 +13,7 @@ model's JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Final, Literal
 
 import orjson
@@ -48,6 +49,9 @@ class Message(TypedDict):
     content: JsonObject | None
     server_time: Timestamp
     recalled: bool
+    mentions: list[UserId]
+    mention_all: bool
+    reply_to: Seq | None
 
 
 @with_config(_EXACT)
@@ -201,6 +205,10 @@ def message_push(
     content_type: str,
     content: dict[str, JsonValue] | None,
     server_time: int,
+    *,
+    mentions: Sequence[int] = (),
+    mention_all: bool = False,
+    reply_to: int | None = None,
 ) -> MessagePush:
     """The ``message`` frame as a model (content parsed); what :func:`message_frame`
     produces as text without parsing the content."""
@@ -215,6 +223,9 @@ def message_push(
             "content": content,
             "server_time": server_time,
             "recalled": False,
+            "mentions": list(mentions),
+            "mention_all": mention_all,
+            "reply_to": reply_to,
         },
     }
 
@@ -227,6 +238,10 @@ def message_frame(
     content_type: str,
     content_json: str,
     server_time: int,
+    *,
+    mentions: Sequence[int] = (),
+    mention_all: bool = False,
+    reply_to: int | None = None,
 ) -> str:
     """The ``message`` frame as text, built once per message and sent to every device.
     ``content_json`` is the content as the send pipeline encoded it (compact JSON of an
@@ -241,13 +256,26 @@ def message_frame(
             "content_type": content_type,
         }
     ).decode()
+    if not mentions and not mention_all and reply_to is None:
+        tail = _PLAIN_TAIL
+    else:
+        ids = ",".join(str(u) for u in mentions)
+        tail = (
+            f',"mentions":[{ids}],"mention_all":{"true" if mention_all else "false"},'
+            f'"reply_to":{"null" if reply_to is None else reply_to}}}}}'
+        )
     return (
         '{"type":"message","message":'
         + head[:-1]
         + ',"content":'
         + content_json
-        + f',"server_time":{server_time},"recalled":false}}}}'
+        + f',"server_time":{server_time},"recalled":false'
+        + tail
     )
+
+
+_PLAIN_TAIL = ',"mentions":[],"mention_all":false,"reply_to":null}}'
+"""The end of a ``message`` frame that mentions nobody and answers nothing."""
 
 
 def cursor_push(

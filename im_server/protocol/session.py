@@ -10,7 +10,7 @@ at once, a close) and sends the frames the session makes of the results."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import JsonValue
@@ -52,6 +52,9 @@ class SendCmd:
     client_msg_id: str
     content_type: str
     content: dict[str, JsonValue]
+    mentions: list[int] = field(default_factory=list)
+    mention_all: bool = False
+    reply_to: int | None = None
 
 
 @dataclass(slots=True)
@@ -125,7 +128,13 @@ class Session:
             return Reply(encode(error_frame(e)), e.code)
         if isinstance(frame, SendFrame):
             return SendCmd(
-                conv_ref(frame.conv_id), frame.client_msg_id, frame.content_type, frame.content
+                conv_ref(frame.conv_id),
+                frame.client_msg_id,
+                frame.content_type,
+                frame.content,
+                frame.mentions,
+                frame.mention_all,
+                frame.reply_to,
             )
         if isinstance(frame, ReadFrame):
             return CursorCmd("read", conv_ref(frame.conv_id), frame.seq)

@@ -83,6 +83,18 @@ ReportedSeq = Annotated[
 """A read or delivered seq reported by a client: above 2^63-1 it is lowered to it (the
 cursor is clamped to what exists anyway), never refused."""
 
+
+MAX_MENTIONS = 100
+"""The most entries a send's ``mentions`` list may hold (duplicates count)."""
+Mentions = Annotated[
+    list[UserId],
+    Field(max_length=MAX_MENTIONS),
+    Rule(f"must be a list of at most {MAX_MENTIONS} positive 64-bit user ids"),
+]
+ReplyTo = Annotated[int, Strict(), Field(ge=1, le=MAX_INT64), Rule("must be a positive 64-bit seq")]
+"""The seq a message answers (the server checks that the sender can see it)."""
+Flag = Annotated[bool, Strict(), Rule("must be true or false")]
+
 Count = Annotated[int, Strict(), Field(ge=0), Rule("must be a non-negative integer")]
 Timestamp = Annotated[int, Strict(), Field(ge=0), Rule("must be milliseconds since the Unix epoch")]
 Version = Annotated[int, Strict(), Field(ge=0), Rule("must be a non-negative integer")]

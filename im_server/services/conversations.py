@@ -21,8 +21,8 @@ async def unread(ctx: Context, user_id: int) -> dict[str, Any]:
     async with ctx.db.connect() as conn:
         counts = await conversations.unread_counts(conn, user_id)
     return {
-        "total": sum(n for _, n in counts),
-        "conversations": [{"conv_id": c, "unread": n} for c, n in counts],
+        "total": sum(n for _, n, _ in counts),
+        "conversations": [{"conv_id": c, "unread": n, "mention_unread": k} for c, n, k in counts],
     }
 
 

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -25,6 +26,8 @@ from im_server.ids import ConvRef
 from im_server.protocol.server_frames import AckOk, ack, message_frame
 from im_server.services import members, permissions, recovery, seqs
 from im_server.services.coalesce import Coalescer
+from im_server.services.history import window
+from im_server.storage import conversations
 from im_server.storage import messages as msg_store
 from im_server.storage.redis import keys
 from im_server.storage.redis.replies import (
@@ -75,14 +78,68 @@ def _has_nul(value: JsonValue) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """What a send mentions and answers, once checked by :func:`check_extras`."""
+
+    mentions: list[int]
+    mention_all: bool
+    reply_to: int | None
+
+
+async def check_extras(
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    mentions: list[int],
+    mention_all: bool,
+    reply_to: int | None,
+) -> Extras:
+    """The checks of a send that mentions or replies (a plain send never comes here, so
+    its path keeps its one Redis call). Mentions are for groups: in a single chat they
+    are refused (``bad_request``); ids that are not active members now are dropped
+    (from the members cache), the rest kept once each, ascending. ``mention_all`` needs
+    the owner or an admin (``forbidden``). ``reply_to`` must be in the sender's window:
+    not below its start (a clear, a join without history) and not above its end (a
+    kick) nor above the conversation's allocated end (``bad_request``)."""
+    if ref.kind == "single" and (mentions or mention_all):
+        raise bad_request("mentions and mention_all are for group messages only")
+    async with ctx.db.connect() as conn:
+        conv, me = await conversations.conv_and_member(conn, ref.conv_id, sender_id)
+    if ref.kind == "group" and (me is None or not me.active):
+        raise ImError("not_member", _DENIED["not_member"])
+    if mention_all and (me is None or me.role < conversations.ROLE_ADMIN):
+        raise ImError("forbidden", "only the group's owner and admins can mention all")
+    if reply_to is not None:
+        if conv is None or me is None:
+            raise bad_request(_BAD_REPLY)
+        win = window(conv, me)
+        if reply_to < win.lo or (me.max_seq is not None and reply_to > me.max_seq):
+            raise bad_request(_BAD_REPLY)
+        if reply_to > conv.max_seq and reply_to > await seqs.current_end(ctx, ref.conv_id):
+            raise bad_request(_BAD_REPLY)
+    kept: list[int] = []
+    if mentions:
+        current = set(await members.recipients(ctx, ref))
+        kept = sorted({u for u in mentions if u in current})
+    return Extras(kept, mention_all, reply_to)
+
+
+_BAD_REPLY = "reply_to must be the seq of a message you can see in this conversation"
 _OK = metrics.SENDS.labels("ok")
 _DUP = metrics.SENDS.labels("duplicate")
 
 
 def new_args(
-    ctx: Context, sender_id: int, ref: ConvRef, cmid: str, ctype: str, content_json: str
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    cmid: str,
+    ctype: str,
+    content_json: str,
+    extras: Extras | None = None,
 ) -> SendArgs:
-    return SendArgs(
+    args = SendArgs(
         conv_id=ref.conv_id,
         sender_id=sender_id,
         client_msg_id=cmid,
@@ -91,6 +148,11 @@ def new_args(
         server_time=int(time.time() * 1000),
         partition=keys.partition_of(ref.conv_id, ctx.settings.stream_partitions),
     )
+    if extras is not None:
+        args.mentions = extras.mentions
+        args.mention_all = extras.mention_all
+        args.reply_to = extras.reply_to
+    return args
 
 
 def submit(ctx: Context, args: SendArgs) -> asyncio.Future[SendResult]:
@@ -123,6 +185,7 @@ def settle(
             args.content_json,
             r.server_time,
             exclude_conn,
+            args,
         )
         return ack(ref.conv_id, args.client_msg_id, r.seq, r.server_time, False)
     if isinstance(r, SendDuplicate):
@@ -159,12 +222,13 @@ async def do_send(
     *,
     exclude_conn: int | None = None,
     skip_perm: bool = False,
+    extras: Extras | None = None,
 ) -> AckOk:
     """Queue one message and fan it out; returns the ack body. Raises ImError on refusal.
     Handles every answer of the script, the slow ones too (permissions to load, a seq
     block to reserve, a Redis that lost its data, a dedupe to ask PostgreSQL about)."""
     started = time.perf_counter()
-    args = new_args(ctx, sender_id, ref, cmid, ctype, content_json)
+    args = new_args(ctx, sender_id, ref, cmid, ctype, content_json, extras)
     args.skip_perm = skip_perm
     try:
         for _ in range(_MAX_ATTEMPTS):
@@ -273,10 +337,25 @@ def fan_out(
     content_json: str,
     ts: int,
     exclude_conn: int | None,
+    args: SendArgs | None = None,
 ) -> None:
     """Push the message to every device of every member but ``exclude_conn``; at once
     when the members are cached, else after loading them (off the sender's path)."""
-    frame = message_frame(ref.conv_id, seq, sender_id, cmid, ctype, content_json, ts)
+    if args is None:
+        frame = message_frame(ref.conv_id, seq, sender_id, cmid, ctype, content_json, ts)
+    else:
+        frame = message_frame(
+            ref.conv_id,
+            seq,
+            sender_id,
+            cmid,
+            ctype,
+            content_json,
+            ts,
+            mentions=args.mentions,
+            mention_all=args.mention_all,
+            reply_to=args.reply_to,
+        )
     users = members.cached_recipients(ctx, ref)
     if users is not None:
         ctx.events.push(users, frame, exclude_conn)

@@ -55,6 +55,26 @@ async def conv_row(conn: AsyncConnection, conv_id: str) -> ConvRow | None:
     return ConvRow(*row) if row else None
 
 
+async def conv_and_member(
+    conn: AsyncConnection, conv_id: str, user_id: int
+) -> tuple[ConvRow | None, MemberRow | None]:
+    """The conversation and the user's row in it, in one round trip."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT c.conv_id, c.conv_type, c.group_id, c.min_seq, c.max_seq, m.conv_id, "
+                "m.user_id, m.role, m.min_seq, m.max_seq, m.read_seq, m.delivered_seq, "
+                "m.hidden_seq FROM conversations c LEFT JOIN conv_members m "
+                "ON m.conv_id = c.conv_id AND m.user_id = :u WHERE c.conv_id = :c"
+            ),
+            {"c": conv_id, "u": user_id},
+        )
+    ).first()
+    if row is None:
+        return None, None
+    return ConvRow(*row[:5]), MemberRow(*row[5:]) if row[5] is not None else None
+
+
 async def ensure_conversation(
     conn: AsyncConnection, conv_id: str, conv_type: int, group_id: int | None = None
 ) -> None:
@@ -281,7 +301,8 @@ async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
 # The columns of a message row, in the order ``message_dict`` reads them (shared with the
 # history and sync queries).
 MESSAGE_COLUMNS = (
-    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled, "
+    "mentions, mention_all, reply_to"
 )
 
 
@@ -298,6 +319,9 @@ def message_dict(row: Any) -> dict[str, Any]:
         "content": content,
         "server_time": int(row[6]),
         "recalled": bool(row[7]),
+        "mentions": [int(u) for u in row[8]],
+        "mention_all": bool(row[9]),
+        "reply_to": int(row[10]) if row[10] is not None else None,
     }
 
 
@@ -314,6 +338,15 @@ _UNREAD = (
     f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
     "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
+)
+# Of those, the ones that mention me or everyone: _UNREAD itself (so the rules cannot
+# drift apart) plus the mention test. The first added condition is the predicate of the
+# partial index messages_mentions (only messages that mention anyone, covering what this
+# reads), so the count stays an index-only scan however long the unread backlog is.
+assert _UNREAD.endswith(")")
+_MENTION_UNREAD = (
+    _UNREAD[:-1] + " AND (x.mention_all OR cardinality(x.mentions) > 0) "
+    "AND (x.mention_all OR m.user_id = ANY(x.mentions)))"
 )
 
 
@@ -346,7 +379,8 @@ async def states(
                pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
-               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden
+               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden,
+               lm.mentions, lm.mention_all, lm.reply_to, {_MENTION_UNREAD} AS mention_unread
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
@@ -369,7 +403,8 @@ async def states(
             "max_seq": max(wmax, wmin - 1),
             "read_seq": int(r[6] or 0),
             "unread": int(r[11]),
-            "last_message": message_dict(r[12:20]) if r[12] is not None else None,
+            "mention_unread": int(r[26]),
+            "last_message": message_dict((*r[12:20], *r[23:26])) if r[12] is not None else None,
             "version": int(r[7]),
         }
         if include_hidden:
@@ -387,13 +422,15 @@ async def states(
     return out
 
 
-async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int]]:
-    """Unread count of every conversation of the user, in one statement."""
+async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int, int]]:
+    """(conv_id, unread, mention_unread) of every conversation of the user with unread
+    messages, in one statement."""
     r = await conn.execute(
         text(
-            f"SELECT m.conv_id, {_UNREAD} AS unread FROM conv_members m JOIN conversations c "
+            f"SELECT m.conv_id, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread "
+            "FROM conv_members m JOIN conversations c "
             "ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
         ),
         {"u": user_id},
     )
-    return [(str(a), int(b)) for a, b in r if b]
+    return [(str(a), int(b), int(n)) for a, b, n in r if b]

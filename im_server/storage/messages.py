@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -22,6 +22,9 @@ class NewMessage:
     content_type: str
     content_json: str
     server_time: int
+    mentions: list[int] = field(default_factory=list)
+    mention_all: bool = False
+    reply_to: int | None = None
 
 
 # One statement per batch (one round trip, autocommit): take the next sync version,
@@ -32,10 +35,12 @@ _PERSIST = """
 WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
 ), ins AS (
-    INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled)
-    SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc
+    INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled,
+                          mentions, mention_all, reply_to)
+    SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc, mn::bigint[], ma, rt
       FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-                  $8::boolean[]) AS x(c, q, s, m, t, b, ts, rc)
+                  $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
+           AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt)
     ON CONFLICT DO NOTHING
     RETURNING 1
 ), blank AS (
@@ -81,6 +86,10 @@ async def persist_batch(
         [x[1] for x in blank],
         convs,
         [tops[c] for c in convs],
+        # each message's mentions as an array literal: unnest cannot take ragged arrays
+        ["{" + ",".join(map(str, m.mentions)) + "}" for m in batch],
+        [m.mention_all for m in batch],
+        [m.reply_to for m in batch],
     )
     assert row is not None
     return int(row[0]), int(row[1])

@@ -30,7 +30,8 @@ class MalformedEntry(ValueError):
 def decode(fields: Mapping[str, str] | list[str]) -> NewMessage:
     """A stream entry as ``send_batch.lua`` writes it, ``{q: seq, d: <fields joined by
     NUL>}`` (conv_id, sender_id, client_msg_id, content_type, content, server_time, then
-    flags the persister does not need), given as a mapping or as the raw reply ``[name,
+    two flags the persister does not need, then, only for a send that mentions or
+    replies, mentions (comma-joined ids), mention_all ("1"/"0") and reply_to), given as a mapping or as the raw reply ``[name,
     value, name, value, ...]``. Anything else raises :class:`MalformedEntry`, saying why."""
     if isinstance(fields, list):
         if len(fields) % 2:
@@ -41,14 +42,22 @@ def decode(fields: Mapping[str, str] | list[str]) -> NewMessage:
     seq, data = fields.get("q"), fields.get("d")
     if not isinstance(seq, str) or not isinstance(data, str):
         raise MalformedEntry("no q (seq) or d (message) field")
-    parts = data.split("\0", 6)
+    parts = data.split("\0")
     if len(parts) < 6:
         raise MalformedEntry(f"d holds {len(parts)} of 6 fields")
     conv_id, sender, cmid, ctype, content, ts = parts[:6]
     try:
-        return NewMessage(conv_id, int(seq), int(sender), cmid, ctype, content, int(ts))
+        msg = NewMessage(conv_id, int(seq), int(sender), cmid, ctype, content, int(ts))
+        if len(parts) >= 11:  # a send with mentions or a reply: see store.encode_extras
+            mentions, mention_all, reply_to = parts[8:11]
+            msg.mentions = [int(u) for u in mentions.split(",")] if mentions else []
+            msg.mention_all = mention_all == "1"
+            msg.reply_to = int(reply_to) if reply_to else None
     except ValueError:
-        raise MalformedEntry("seq, sender or server time is not an integer") from None
+        raise MalformedEntry(
+            "seq, sender, server time, a mention or reply_to is not an integer"
+        ) from None
+    return msg
 
 
 class Persister:

@@ -604,7 +604,8 @@ async def k_sync_since(w: World, res: Any) -> None:
 
 
 async def k_unread(w: World, res: Any) -> None:
-    assert res == {"total": 2, "conversations": [{"conv_id": w.g, "unread": 2}]}, res
+    want = [{"conv_id": w.g, "unread": 2, "mention_unread": 0}]
+    assert res == {"total": 2, "conversations": want}, res
 
 
 async def k_read_clamped(w: World, res: Any) -> None:
@@ -1202,7 +1203,45 @@ def _cases() -> list[Case]:
             NOT_FOUND,
             request_still_pending,
         ),
+        Case(
+            "B",
+            "POST send G with mention_all",
+            lambda w: w.B.request(
+                "POST", conv_path("g", "/messages")(w), json={**send_body(), "mention_all": True}
+            ),
+            FORBIDDEN,
+            unchanged_in("g"),
+        ),
+        Case(
+            "B",
+            "WS send G with mention_all",
+            ws_send("B", "g", mention_all=True),
+            ack_refused("forbidden"),
+            unchanged_in("g"),
+        ),
     ]
+    # mentions and replies by those who may not send there at all
+    for actor in ("K", "Z"):
+        cs += [
+            Case(
+                actor,
+                "POST send G with mentions and reply_to",
+                lambda w, a=actor: w.users[a].request(
+                    "POST",
+                    conv_path("g", "/messages")(w),
+                    json={**send_body(), "mentions": [w.uid("A")], "reply_to": 1},
+                ),
+                NOT_MEMBER,
+                unchanged_in("g"),
+            ),
+            Case(
+                actor,
+                "WS send G with mention_all",
+                ws_send(actor, "g", mention_all=True),
+                ack_refused("not_member"),
+                unchanged_in("g"),
+            ),
+        ]
     # P, the requester, accepting its own request
     cs += [
         Case(

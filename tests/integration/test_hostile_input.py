@@ -1418,6 +1418,74 @@ async def test_send_field_limits(pair: tuple[Client, Client, str]) -> None:
     await conn.close()
 
 
+MENTION_CASES: list[tuple[dict[str, Any], str | None]] = [
+    ({"mentions": list(range(1, 5_001))}, "bad_request"),  # far over the bound
+    ({"mentions": [7] * 101}, "bad_request"),  # duplicates count against it
+    ({"mentions": [-1]}, "bad_request"),
+    ({"mentions": [0]}, "bad_request"),
+    ({"mentions": [True]}, "bad_request"),
+    ({"mentions": [1.0]}, "bad_request"),
+    ({"mentions": ["1"]}, "bad_request"),
+    ({"mentions": [2**63]}, "bad_request"),
+    ({"mentions": [[1]]}, "bad_request"),
+    ({"mentions": None}, "bad_request"),
+    ({"mentions": {"1": 1}}, "bad_request"),
+    ({"mention_all": 1}, "bad_request"),
+    ({"mention_all": None}, "bad_request"),
+    ({"reply_to": -1}, "bad_request"),
+    ({"reply_to": 0}, "bad_request"),
+    ({"reply_to": True}, "bad_request"),
+    ({"reply_to": 2**63}, "bad_request"),
+    ({"reply_to": 2**64 + 1}, "bad_request"),
+    ({"reply_to": 2**63 - 1}, "bad_request"),  # well formed, never handed out
+    ({"mentions": [2**63 - 1] * 100, "reply_to": None}, None),  # dropped: no such member
+    ({"mentions": [], "mention_all": False}, None),
+]
+
+
+async def test_mention_and_reply_fields_hostile_values(alice: Client, bob: Client) -> None:
+    """Every bad mentions / mention_all / reply_to value is a clear 400 (a refused ack on
+    the WebSocket) that takes no seq; well-formed ids of nobody are dropped silently."""
+    g = await alice.create_group("hostile", [bob.user_id])
+    conv = g["conv_id"]
+    conn = await alice.connect()
+    ok_seqs = []
+    for over in ("ws", "rest"):
+        for extra, code in MENTION_CASES:
+            body = {
+                "client_msg_id": uuid.uuid4().hex,
+                "content_type": "text",
+                "content": {"text": "x"},
+                **extra,
+            }
+            if over == "ws":
+                await conn.send_raw(json.dumps({"type": "send", "conv_id": conv, **body}))
+                ack = await conn.next_event("ack", timeout=5)
+                if code is None:
+                    assert ack["ok"] is True, (str(extra)[:80], ack)
+                    ok_seqs.append(ack["seq"])
+                else:
+                    assert ack["ok"] is False and ack["code"] == code, (str(extra)[:80], ack)
+            else:
+                resp = await rest(
+                    alice.base_url,
+                    "POST",
+                    c_path(conv) + "/messages",
+                    token=alice.token,
+                    body=json.dumps(body).encode(),  # stdlib json: integers of any size
+                )
+                if code is None:
+                    assert resp.status_code == 200, resp.text[:200]
+                    ok_seqs.append(resp.json()["seq"])
+                else:
+                    assert resp.status_code == 400, (str(extra)[:80], resp.text[:200])
+                    assert check_error_body(resp, extra)["code"] == code
+    assert ok_seqs == list(range(1, len(ok_seqs) + 1)), "refused sends must take no seq"
+    msgs = await eventually(lambda: _history_len(bob, conv, len(ok_seqs)))
+    assert all(m["mentions"] == [] and m["mention_all"] is False for m in msgs), msgs
+    await conn.close()
+
+
 async def _history_len(c: Client, conv: str, n: int) -> list[dict[str, Any]] | None:
     msgs = (await c.history(conv, limit=200))["messages"]
     return msgs if len(msgs) >= n else None

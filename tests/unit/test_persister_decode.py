@@ -78,3 +78,20 @@ def test_malformed_entry_is_a_value_error() -> None:
     """Callers that catch ValueError (the persister did) still catch it."""
     with pytest.raises(ValueError):
         decode({"q": "1"})
+
+
+def test_mentions_mention_all_and_reply_to_round_trip_through_the_entry() -> None:
+    """What ``RedisStore`` appends for a send that mentions or replies is what decode
+    reads back; a plain send's entry has none of it."""
+    from im_server.storage.redis.store import SendArgs, encode_extras
+
+    args = SendArgs("g:9", 3, "m", "text", CONTENT, 5, 0)
+    assert encode_extras(args) == ""
+    for mentions, mention_all, reply_to in (([4, 2**63 - 1], False, None), ([], True, 3)):
+        args.mentions, args.mention_all, args.reply_to = mentions, mention_all, reply_to
+        entry = d("g:9", 3, "m", "text", CONTENT, 5, "0", "0") + encode_extras(args)
+        got = decode({"q": "8", "d": entry})
+        assert (got.mentions, got.mention_all, got.reply_to) == (mentions, mention_all, reply_to)
+        assert got.content_json == CONTENT and got.seq == 8
+    with pytest.raises(MalformedEntry, match="not an integer"):
+        decode({"q": "8", "d": d("g:9", 3, "m", "text", CONTENT, 5, "0", "0", "x,1", "0", "")})

@@ -113,9 +113,9 @@ def test_content_type_defaults_to_text() -> None:
 
 def test_unknown_fields_are_ignored() -> None:
     """Forward compatibility: a newer client's optional fields do not make a frame bad."""
-    frame = parse_client_frame(json.dumps({**SEND, "reply_to": 4, "mentions": [2], "z": None}))
+    frame = parse_client_frame(json.dumps({**SEND, "quote_of": 4, "z": None}))
     assert isinstance(frame, SendFrame)
-    assert not hasattr(frame, "reply_to")
+    assert not hasattr(frame, "quote_of")
     assert isinstance(parse_client_frame('{"type": "ping", "id": 7}'), PingFrame)
 
 
@@ -254,6 +254,75 @@ def test_spliced_message_frame_equals_the_models_json(content: dict[str, Any]) -
     assert spliced == encode(model)
     assert SERVER_FRAME.validate_json(spliced) == model
     assert SERVER_FRAME.dump_json(model).decode() == spliced
+
+
+EXTRAS: list[dict[str, Any]] = [
+    {},
+    {"mentions": [3, 2**63 - 1, 1]},
+    {"mention_all": True},
+    {"reply_to": 41},
+    {"mentions": [5], "mention_all": True, "reply_to": 2**63 - 1},
+]
+
+
+@pytest.mark.parametrize("extras", EXTRAS)
+@pytest.mark.parametrize("content", CONTENTS[:3])
+def test_spliced_message_frame_with_mentions_and_reply(
+    content: dict[str, Any], extras: dict[str, Any]
+) -> None:
+    """Mentions, mention_all and reply_to are spliced too, in the model's key order."""
+    content_json = orjson.dumps(content).decode()
+    args = ("g:9", 8, 2, "b-8", "text", 1764412345679)
+    spliced = message_frame(*args[:5], content_json, args[5], **extras)
+    model = message_push(*args[:5], content, args[5], **extras)
+    assert spliced == encode(model)
+    assert SERVER_FRAME.validate_json(spliced) == model
+    msg = orjson.loads(spliced)["message"]
+    assert msg["mentions"] == extras.get("mentions", [])
+    assert msg["mention_all"] is extras.get("mention_all", False)
+    assert msg["reply_to"] == extras.get("reply_to")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"mentions": 5}, "mentions"),
+        ({"mentions": [0]}, "mentions"),
+        ({"mentions": [-1]}, "mentions"),
+        ({"mentions": [True]}, "mentions"),
+        ({"mentions": ["2"]}, "mentions"),
+        ({"mentions": [1.0]}, "mentions"),
+        ({"mentions": [2**63]}, "mentions"),
+        ({"mentions": list(range(1, 102))}, "mentions"),
+        ({"mentions": [7] * 101}, "mentions"),
+        ({"mention_all": 1}, "mention_all"),
+        ({"mention_all": "true"}, "mention_all"),
+        ({"reply_to": 0}, "reply_to"),
+        ({"reply_to": -3}, "reply_to"),
+        ({"reply_to": True}, "reply_to"),
+        ({"reply_to": "4"}, "reply_to"),
+        ({"reply_to": 2**63}, "reply_to"),
+    ],
+)
+def test_bad_mentions_and_reply_are_refused_naming_the_field(
+    extra: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(FrameError) as e:
+        parse_client_frame(json.dumps({**SEND, **extra}))
+    assert e.value.frame_type == "send"
+    assert str(e.value).startswith(field), str(e.value)
+
+
+def test_mentions_and_reply_are_optional_and_parsed() -> None:
+    plain = parse_client_frame(json.dumps(SEND))
+    assert isinstance(plain, SendFrame) and plain.plain
+    assert (plain.mentions, plain.mention_all, plain.reply_to) == ([], False, None)
+    full = parse_client_frame(
+        json.dumps({**SEND, "mentions": [2, 2, 3], "mention_all": True, "reply_to": 1})
+    )
+    assert isinstance(full, SendFrame) and not full.plain
+    assert (full.mentions, full.mention_all, full.reply_to) == ([2, 2, 3], True, 1)
+    assert parse_client_frame(json.dumps({**SEND, "mentions": list(range(1, 101))}))
 
 
 def test_close_codes() -> None:

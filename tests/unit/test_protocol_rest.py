@@ -70,6 +70,9 @@ MESSAGE = {
     "content": {"text": "ok"},
     "server_time": 1764412345678,
     "recalled": False,
+    "mentions": [],
+    "mention_all": False,
+    "reply_to": None,
 }
 
 
@@ -88,6 +91,7 @@ def test_response_models_are_exact() -> None:
         "max_seq": 5,
         "read_seq": 4,
         "unread": 1,
+        "mention_unread": 0,
         "last_message": None,
         "version": 311,
         "peer_id": 2,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,20 @@ class SendArgs:
     partition: int
     skip_perm: bool = False
     skip_cold: bool = False
+    mentions: list[int] = field(default_factory=list)
+    mention_all: bool = False
+    reply_to: int | None = None
+
+
+def encode_extras(a: SendArgs) -> str:
+    """The fields a plain send leaves out of the script argument (and so of the stream
+    entry, which is that argument as it came): NUL, comma-joined mentions, NUL, "1"/"0"
+    for mention_all, NUL, reply_to or nothing. Empty for a plain send."""
+    if not a.mentions and not a.mention_all and a.reply_to is None:
+        return ""
+    ids = ",".join(map(str, a.mentions))
+    reply = "" if a.reply_to is None else str(a.reply_to)
+    return f"\0{ids}\0{'1' if a.mention_all else '0'}\0{reply}"
 
 
 def _raw(response: Any, **options: Any) -> Any:
@@ -126,6 +140,7 @@ class RedisStore:
             v.append(
                 f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"
                 f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
+                + encode_extras(a)
             )
         res = await self._send(keys=[keys.stream(part), keys.BOOT], args=v)
         if not isinstance(res, list) or len(res) != len(items):

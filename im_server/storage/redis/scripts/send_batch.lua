@@ -16,8 +16,10 @@
 -- its fields joined by NUL: conv_id, sender_id, client_msg_id, content_type,
 -- content_json, server_time, skip_perm ("1" = a server-made message, or a single chat
 -- whose lookup failed: fail open), skip_cold ("1" = PostgreSQL was asked). (JSON text
--- never holds a raw NUL, nor do the other fields.) A queued send becomes the stream
--- entry {q: seq, d: that value}.
+-- never holds a raw NUL, nor do the other fields.) A send that mentions or replies has
+-- three more fields, which this script passes on untouched: mentions (comma-joined ids),
+-- mention_all ("1"/"0"), reply_to (a seq or empty); see store.encode_extras. A queued
+-- send becomes the stream entry {q: seq, d: that value}.
 -- Returns one entry per send (parsed by replies.parse_send):
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
