@@ -6,6 +6,8 @@ show in seconds."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -269,3 +271,35 @@ async def test_bounds_and_repeats(url: str, alice: Client, bob: Client) -> None:
     assert [x["user_id"] for x in got] == [bid, aid]
     assert got[0] == {"user_id": bid, "online": None, "last_seen": None}
     assert got[1]["online"] is False  # myself, no socket open
+
+
+async def test_stalled_process_comes_back_online(
+    nodes: tuple[ServerProcess, ServerProcess], stores: Stores, tmp_path: Any
+) -> None:
+    """A process that stalls past the node TTL is taken for dead (its users go offline);
+    when it runs again, its users are recorded and announced online again."""
+    s1, _ = nodes
+    env = {**stores.env(), **FAST, "IM_TEST_LOG_DIR": str(tmp_path)}
+    s3 = ServerProcess(env={**env, "IM_NODE_NAME": "pnode-stalled"}).start()
+    a = await new_user(s1.url, "sa")
+    b = await new_user(s1.url, "sb")
+    a3 = await Client.login(s3.url, str(a.username), PASSWORD, device_id="stalled")
+    assert s3.proc is not None
+    try:
+        await befriend(a, b)
+        cb = await b.connect()
+        await a3.connect()
+        await cb.next_event("presence", PUSH_TIMEOUT, about(a, True))
+        os.killpg(s3.proc.pid, signal.SIGSTOP)
+        try:
+            f = await cb.next_event("presence", NODE_TTL_S + PUSH_TIMEOUT, about(a))
+            assert f["online"] is False, f
+        finally:
+            os.killpg(s3.proc.pid, signal.SIGCONT)
+        f = await cb.next_event("presence", PUSH_TIMEOUT, about(a))
+        assert f["online"] is True, f
+        await eventually(lambda: is_online(b, a), timeout=PUSH_TIMEOUT)
+    finally:
+        s3.kill9()
+        for c in (a, b, a3):
+            await c.aclose()

@@ -354,10 +354,15 @@ class RedisStore:
         return parse_user_ids(await self._presence_set(keys=[], args=args), "presence_set")
 
     async def presence_beat(self, node: str, ttl_ms: int) -> bool:
-        """Keep this node's presence entries alive; True when the node was not listed
-        (first beat, or a sweep took it for dead): its users must be recorded again."""
-        added = await self.client.zadd(keys.PRESENCE_NODES, {node: _now_ms() + ttl_ms})
-        return bool(added)
+        """Keep this node's presence entries alive; True when the node was not listed or
+        had expired (first beat, or a stall longer than the TTL: a sweep may have taken
+        some of its users offline): its users must be recorded again."""
+        now = _now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zscore(keys.PRESENCE_NODES, node)
+        pipe.zadd(keys.PRESENCE_NODES, {node: now + ttl_ms})
+        old, _ = await pipe.execute()
+        return old is None or float(old) <= now
 
     async def presence_sweep(self, last_seen_ttl_ms: int, max_users: int) -> list[tuple[int, int]]:
         """Take over dead nodes' users and pop the due offlines (``presence_sweep.lua``):
