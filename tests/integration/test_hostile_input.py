@@ -420,7 +420,8 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
 
 def check_frame_shape(ev: dict[str, Any], where: Any) -> None:
     kind = ev.get("type")
-    assert kind in ("error", "ack", "pong"), (where, ev)
+    # presence: a friend's socket opening or closing, unrelated to the frame under test
+    assert kind in ("error", "ack", "pong", "presence"), (where, ev)
     if kind == "error":
         assert ev.get("code") in HOSTILE_OK_CODES, (where, ev)
         assert isinstance(ev.get("message"), str) and ev["message"], (where, ev)
