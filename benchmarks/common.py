@@ -21,16 +21,23 @@ def run_with_server(
     bench: Callable[[Stores, ServerProcess], Coroutine[Any, Any, dict[str, Any]]],
     *,
     fsync: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start PostgreSQL, Redis and `im-server serve` under a temp folder, run ``bench``,
-    then stop them and remove the folder; on failure the server log's tail goes to stderr."""
+    then stop them and remove the folder; on failure the server log's tail goes to stderr.
+    ``env``: settings for the server (``IM_*``)."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     stores: Stores | None = None
     server: ServerProcess | None = None
     try:
         stores = Stores.start(tmp / "stores", fsync=fsync)
         server = ServerProcess(
-            env={**stores.env(), "IM_LOG_LEVEL": "WARNING", "IM_TEST_LOG_DIR": str(tmp)}
+            env={
+                **stores.env(),
+                "IM_LOG_LEVEL": "WARNING",
+                "IM_TEST_LOG_DIR": str(tmp),
+                **(env or {}),
+            }
         ).start()
         try:
             return asyncio.run(bench(stores, server))

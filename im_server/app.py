@@ -18,7 +18,16 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from im_server import __version__
-from im_server.api import accounts, conversations, friends, groups, ops, protocol, sync
+from im_server.api import (
+    accounts,
+    conversations,
+    friends,
+    groups,
+    ops,
+    presence,
+    protocol,
+    sync,
+)
 from im_server.api.parsing import validation_status
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
@@ -27,6 +36,7 @@ from im_server.gateway import ws
 from im_server.gateway.fanout import PRESENCE_S, Fanout
 from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
+from im_server.gateway.presence import PresenceTracker
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
 from im_server.metrics import HTTP_HANDLER_ERRORS, STREAM_DEPTH
@@ -86,7 +96,9 @@ def build_context(settings: Settings) -> Context:
     )
 
 
-def periodic_jobs(ctx: Context, fanout: Fanout) -> list[Periodic]:
+def periodic_jobs(
+    ctx: Context, fanout: Fanout, presence: PresenceTracker | None = None
+) -> list[Periodic]:
     """A gateway's background chores, each at its own pace."""
 
     async def expire_long_polls() -> None:
@@ -98,12 +110,19 @@ def periodic_jobs(ctx: Context, fanout: Fanout) -> list[Periodic]:
     async def watch_epoch() -> None:
         await recovery.watch_epoch(ctx)
 
-    return [
+    jobs = [
         Periodic("node-presence", PRESENCE_S, fanout.beat),
         Periodic("redis-epoch", EPOCH_CHECK_S, watch_epoch),
         Periodic("long-poll-expiry", LONG_POLL_EXPIRY_S, expire_long_polls),
         Periodic("stream-depth", STREAM_DEPTH_S, stream_depth),
     ]
+    if presence is not None:
+        s = ctx.settings
+        jobs += [
+            Periodic("presence-beat", s.presence_beat_seconds, presence.beat),
+            Periodic("presence-sweep", s.presence_sweep_seconds, presence.sweep),
+        ]
+    return jobs
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -117,9 +136,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ctx.events = fanout
         ctx.long_polls = LongPolls(fanout, ctx.redis)
         app.state.ctx = ctx
-        app.state.gateway = ws.Gateway(ctx, hub, fanout)
+        tracker = PresenceTracker(ctx, hub)
+        app.state.gateway = ws.Gateway(ctx, hub, fanout, tracker)
         await fanout.start()
-        jobs = periodic_jobs(ctx, fanout)
+        await tracker.start()
+        jobs = periodic_jobs(ctx, fanout, tracker)
         for job in jobs:
             job.start()
         recheck = TokenRecheck(ctx, hub)
@@ -152,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if persister:
                 await persister.stop()
             await stop_all(jobs)
+            await tracker.stop()
             await fanout.stop()
             if ctx.background:
                 await asyncio.wait(list(ctx.background), timeout=2.0)
@@ -217,6 +239,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         groups.router,
         conversations.router,
         sync.router,
+        presence.router,
         protocol.router,
     ):
         app.include_router(r)

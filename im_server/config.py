@@ -120,6 +120,17 @@ class Settings(BaseSettings):
     rate_members_per_s: float = 2.0
     rate_members_burst: float = 10.0
 
+    # presence: each process lists itself every `presence_beat_seconds`; its users count
+    # as online until `presence_node_ttl_seconds` after its last beat (a process that died
+    # is taken over by the others' sweep, every `presence_sweep_seconds`). An offline is
+    # announced to friends only once the user stayed offline `presence_offline_grace_seconds`
+    # (a quicker reconnect announces nothing). last_seen is kept `presence_last_seen_days`.
+    presence_beat_seconds: float = 2.0
+    presence_node_ttl_seconds: float = 20.0
+    presence_sweep_seconds: float = 1.0
+    presence_offline_grace_seconds: float = 5.0
+    presence_last_seen_days: float = 90.0
+
     # caches
     auth_cache_seconds: float = 30.0
     members_cache_seconds: float = 60.0
@@ -134,6 +145,13 @@ class Settings(BaseSettings):
     def _positive(cls, v: int) -> int:
         if v < 1:
             raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("presence_beat_seconds", "presence_node_ttl_seconds", "presence_sweep_seconds")
+    @classmethod
+    def _positive_seconds(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError("must be > 0")
         return v
 
     @field_validator("database_url")

@@ -219,3 +219,15 @@ class SyncPage(Answer):
     version: Version = Field(description="safe: pass it as `since` next time")
     conversations: list[SyncedState] = Field(description="oldest change first")
     has_more: bool
+
+
+# -- presence -------------------------------------------------------------------------------
+
+
+class Presence(Answer):
+    user_id: UserId
+    online: bool | None = Field(description="null for a user whose presence I may not see")
+    last_seen: Timestamp | None = Field(
+        description="when the last connection closed (ms); null while online, if never "
+        "seen, or for a user whose presence I may not see"
+    )

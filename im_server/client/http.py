@@ -305,6 +305,12 @@ class Client:
     async def receipts(self, conv_id: str, seq: int) -> JsonObject:
         return await self._obj("GET", f"{conv_path(conv_id)}/messages/{seq}/receipts")
 
+    async def presence(self, user_ids: list[int]) -> list[JsonObject]:
+        """``[{user_id, online, last_seen}]`` (nulls for users whose presence I may not
+        see); the ``presence`` event on a connection announces changes."""
+        ids = ",".join(str(u) for u in user_ids)
+        return await self._list("GET", f"/v1/presence?user_ids={ids}")
+
     async def unread(self) -> JsonObject:
         return await self._obj("GET", "/v1/unread")
 

@@ -29,6 +29,7 @@ from im_server.context import Context
 from im_server.errors import ImError, is_store_error, unavailable
 from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Conn, Hub
+from im_server.gateway.presence import PresenceTracker
 from im_server.ids import ConvRef
 from im_server.protocol.close_codes import CloseCode
 from im_server.protocol.session import (
@@ -63,10 +64,13 @@ is an ``OSError``, as are transport errors)."""
 class Gateway:
     """Carries out the commands of every connection of this process."""
 
-    def __init__(self, ctx: Context, hub: Hub, fanout: Fanout) -> None:
+    def __init__(
+        self, ctx: Context, hub: Hub, fanout: Fanout, presence: PresenceTracker | None = None
+    ) -> None:
         self.ctx = ctx
         self.hub = hub
         self.fanout = fanout
+        self.presence = presence
 
     def handle(self, conn: Conn, session: Session, data: str | bytes) -> Close | None:
         """One received frame; a :class:`Close` is for the receive loop to carry out."""
@@ -254,6 +258,8 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
     conn.backlog = collections.deque()  # frames pushed before the accept wait here
     if gw.hub.add(conn):
         await gw.fanout.subscribe_user(user_id)
+        if gw.presence is not None:
+            gw.presence.touch(user_id)
     try:
         await send_({"type": "websocket.accept"})
         while conn.backlog and not conn.closing:
@@ -278,6 +284,8 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         conn.closing = True
         if gw.hub.remove(conn):
             gw.fanout.user_offline(user_id)
+            if gw.presence is not None:
+                gw.presence.touch(user_id)
         # in-flight sends are left to finish: their messages are queued and must still
         # reach the other members; only the ack has nowhere to go
 

@@ -127,6 +127,17 @@ class TypingPush(TypedDict):
 
 
 @with_config(_EXACT)
+class PresencePush(TypedDict):
+    """A friend's first connection opened (online) or last one closed (offline; an
+    offline is announced only after the friend stayed away for a grace period)."""
+
+    type: Literal["presence"]
+    user_id: UserId
+    online: bool
+    last_seen: Timestamp | None
+
+
+@with_config(_EXACT)
 class ErrorFrame(TypedDict):
     """A frame other than "send" was refused, or failed."""
 
@@ -144,7 +155,15 @@ class Pong(TypedDict):
 
 Ack = Annotated[AckOk | AckRefused, Field(discriminator="ok")]
 ServerFrame = Annotated[
-    Ack | MessagePush | ReadPush | DeliveredPush | ReceiptPush | TypingPush | ErrorFrame | Pong,
+    Ack
+    | MessagePush
+    | ReadPush
+    | DeliveredPush
+    | ReceiptPush
+    | TypingPush
+    | PresencePush
+    | ErrorFrame
+    | Pong,
     Field(discriminator="type"),
 ]
 SERVER_FRAME: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
@@ -156,6 +175,7 @@ AnyServerFrame = (
     | DeliveredPush
     | ReceiptPush
     | TypingPush
+    | PresencePush
     | ErrorFrame
     | Pong
 )
@@ -292,3 +312,7 @@ def receipt_push(conv_id: str, seq: int, read_count: int) -> ReceiptPush:
 
 def typing_push(conv_id: str, user_id: int) -> TypingPush:
     return {"type": "typing", "conv_id": conv_id, "user_id": user_id}
+
+
+def presence_push(user_id: int, online: bool, last_seen: int | None) -> PresencePush:
+    return {"type": "presence", "user_id": user_id, "online": online, "last_seen": last_seen}

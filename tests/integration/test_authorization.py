@@ -695,6 +695,14 @@ async def no_leak_to(w: World, name: str) -> None:
         "K": {w.ab},
     }[name]
     bad = [f for f in w.seen[name] if _about(f)[0] in forbidden]
+    # presence is for friends: none of these sees A's (nor A sees theirs)
+    bad += [f for f in w.seen[name] if f.get("type") == "presence"]
+    bad += [
+        f
+        for f in w.seen["A"]
+        if f.get("type") == "presence"
+        and f.get("user_id") == w.uid(name if name != "other" else "Z")
+    ]
     if name == "K":  # after the kick, nothing from G
         bad += [
             f
@@ -728,6 +736,23 @@ def _frame(kind: str, key: str, seq: int | None = None) -> Callable[[World], dic
         return f
 
     return make
+
+
+def _presence_of(name: str, of: str) -> Callable[[World], Awaitable[Any]]:
+    async def run(w: World) -> Any:
+        return (of, await w.users[name].presence([w.uid(of)]))
+
+    return run
+
+
+async def _hidden(w: World, res: Any) -> None:
+    of, got = res
+    assert got == [{"user_id": w.uid(of), "online": None, "last_seen": None}], got
+
+
+async def _shown(w: World, res: Any) -> None:
+    of, got = res
+    assert got == [{"user_id": w.uid(of), "online": True, "last_seen": None}], got
 
 
 async def _ws_refused_as(name: str, w: World) -> Any:
@@ -1296,6 +1321,7 @@ def _cases() -> list[Case]:
         ("GET unread", "GET", lambda w: "/v1/unread", None, None),
         ("GET conversations", "GET", lambda w: "/v1/conversations", None, None),
         ("GET friends", "GET", lambda w: "/v1/friends", None, None),
+        ("GET presence", "GET", lambda w: "/v1/presence", None, {"user_ids": "1"}),
         ("DELETE sessions/current", "DELETE", lambda w: "/v1/sessions/current", None, None),
         ("GET sessions", "GET", lambda w: "/v1/sessions", None, None),
         (
@@ -1356,6 +1382,7 @@ def _cases() -> list[Case]:
                 "DELETE sessions (everywhere)",
                 "PUT me/password",
                 "GET users/lookup A",
+                "GET presence",
             ):
                 cs.append(
                     Case(
@@ -1366,6 +1393,13 @@ def _cases() -> list[Case]:
                         thens.get(what),
                     )
                 )
+    # presence: friends on both sides only (no removal either way, no block either way)
+    for name in ("Z", "other", "K", "R1", "R2", "X"):
+        cs.append(Case(name, "GET presence of A: nulls", _presence_of(name, "A"), _hidden))
+    for peer in ("Z", "R1", "R2", "X"):
+        cs.append(Case("A", f"GET presence of {peer}: nulls", _presence_of("A", peer), _hidden))
+    cs.append(Case("B", "GET presence of A (friend, allowed)", _presence_of("B", "A"), _shown))
+
     # public by design: the frame schema carries no user data, like /openapi.json
     for variant in ("garbage", "notoken"):
         cs.append(

@@ -71,6 +71,8 @@ SERVER_GOOD = [
     {"type": "delivered", "conv_id": "s:1:2", "user_id": 1, "seq": 183},
     {"type": "receipt", "conv_id": "g:7", "seq": 14, "read_count": 2},
     {"type": "typing", "conv_id": "g:7", "user_id": 1},
+    {"type": "presence", "user_id": 3, "online": True, "last_seen": None},
+    {"type": "presence", "user_id": 3, "online": False, "last_seen": 1764412345678},
     {"type": "error", "code": "bad_request", "message": "unknown frame type 'subscribe'"},
     {"type": "pong"},
 ]
@@ -91,6 +93,9 @@ BAD = [
     {"type": "receipt", "conv_id": "g:7", "seq": 14, "read_count": 2, "extra": 1},
     {"type": "message", "message": {"conv_id": "g:7", "seq": 14}},
     {"type": "error", "code": "bad_request"},
+    {"type": "presence", "user_id": 3, "online": None, "last_seen": None},  # pushed: a bool
+    {"type": "presence", "user_id": 3, "online": True},  # last_seen is always there
+    {"type": "presence", "user_id": 0, "online": True, "last_seen": None},
     [],
     "ping",
 ]
@@ -164,6 +169,7 @@ async def test_every_kind_of_server_frame_of_a_real_session_passes(url: str) -> 
         single = await befriend(alice, bob)
         group = (await alice.create_group("schema", [bob.user_id, carol.user_id]))["conv_id"]
         a, b = await alice.connect(), await bob.connect()
+        await a.next_event("presence")  # bob came online
         await a.ping()  # pong
         assert (await a.send(single, "hi"))["ok"] is True  # ack ok, message to bob
         refused = await a.send("s:1:1", "bad")  # refused ack
@@ -182,6 +188,7 @@ async def test_every_kind_of_server_frame_of_a_real_session_passes(url: str) -> 
         await b.read(group, ack["seq"])  # a receipt for alice, about a second later
         await a.next_event("receipt", timeout=10)
         expected = {"ack", "message", "read", "delivered", "typing", "receipt", "error", "pong"}
+        expected.add("presence")
         assert expected <= kinds, expected - kinds
     finally:
         Connection.frame_hooks.remove(seen)

@@ -31,6 +31,7 @@ from im_server.protocol.server_frames import (
     error_frame,
     message_frame,
     message_push,
+    presence_push,
     receipt_push,
     refused_ack,
     typing_push,
@@ -193,6 +194,8 @@ def server_frames() -> list[Any]:
         cursor_push("delivered", "s:1:2", 1, 0),
         receipt_push("g:7", 14, 2),
         typing_push("g:7", 1),
+        presence_push(3, True, None),
+        presence_push(3, False, 1764412345678),
         error_frame(ImError("bad_request", "unknown frame type 'subscribe'")),
     ]
 

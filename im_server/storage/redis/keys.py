@@ -28,6 +28,14 @@ STREAM = "im:stream:{p%s}"  # a stream partition
 PERSISTER_LEASE = "im:plk:{p%s}"  # who persists the partition
 USER_CHANNEL = "im:u:"  # pub/sub: a user's channel is this prefix and the user id
 
+# presence (the scripts get these prefixes from ``PRESENCE_PIECES``)
+PRESENCE_NODES = "im:pn"  # zset node -> expiry (ms): processes whose presence entries count
+PRESENCE_PENDING = "im:pq"  # zset user_id -> due (ms): offlines not announced yet
+PRESENCE_USER = "im:pu:"  # + user_id: set of the nodes holding a connection of the user
+PRESENCE_NODE = "im:ph:"  # + node: set of the users with a connection on that node
+LAST_SEEN = "im:ls:"  # + user_id: ms when the user's last connection closed (long TTL)
+PRESENCE_PIECES = (PRESENCE_NODES, PRESENCE_PENDING, PRESENCE_USER, PRESENCE_NODE, LAST_SEEN)
+
 # the templates the send script builds its per-send keys from, and their pieces in its
 # ARGV order: dedupe (3 pieces: around sender and client_msg_id), seq, perm, perm epoch
 # (2 pieces each: around the conversation)
@@ -74,6 +82,18 @@ def user_of_channel(channel: str) -> int | None:
         if tail.isdigit() and tail.isascii():
             return int(tail)
     return None
+
+
+def presence_user(user_id: int) -> str:
+    return PRESENCE_USER + str(user_id)
+
+
+def presence_node(node: str) -> str:
+    return PRESENCE_NODE + node
+
+
+def last_seen(user_id: int) -> str:
+    return LAST_SEEN + str(user_id)
 
 
 def persister_lease(partition: int) -> str:

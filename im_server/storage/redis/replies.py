@@ -136,3 +136,23 @@ def parse_flag(raw: object, script: str) -> bool:
     if raw == 1 or raw == 0:
         return raw == 1
     raise ScriptReplyError(f"{script}: expected 0 or 1, got {raw!r:.200}")
+
+
+def parse_user_ids(raw: object, script: str) -> list[int]:
+    """A list of user ids (``presence_set.lua``)."""
+    if not isinstance(raw, list):
+        raise ScriptReplyError(f"{script}: expected a list of user ids, got {raw!r:.200}")
+    try:
+        return [int(x) for x in raw]
+    except (TypeError, ValueError) as e:
+        raise ScriptReplyError(f"{script}: expected user ids, got {raw!r:.200}") from e
+
+
+def parse_offlines(raw: object) -> list[tuple[int, int]]:
+    """``presence_sweep.lua``'s flat {user_id, last_seen, ...}."""
+    if not isinstance(raw, list) or len(raw) % 2:
+        raise ScriptReplyError(f"presence_sweep: expected pairs, got {raw!r:.200}")
+    try:
+        return [(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
+    except (TypeError, ValueError) as e:
+        raise ScriptReplyError(f"presence_sweep: expected integers, got {raw!r:.200}") from e

@@ -22,7 +22,9 @@ from im_server.storage.redis.replies import (
     dedupe_value,
     parse_flag,
     parse_int_pair,
+    parse_offlines,
     parse_send,
+    parse_user_ids,
 )
 
 log = logging.getLogger("im_server.redis")
@@ -93,6 +95,12 @@ class RedisStore:
         self._lease = self.client.register_script((_SCRIPTS / "lease.lua").read_text())
         self._take = self.client.register_script((_SCRIPTS / "attempt_take.lua").read_text())
         self._give = self.client.register_script((_SCRIPTS / "attempt_give.lua").read_text())
+        self._presence_set = self.client.register_script(
+            (_SCRIPTS / "presence_set.lua").read_text()
+        )
+        self._presence_sweep = self.client.register_script(
+            (_SCRIPTS / "presence_sweep.lua").read_text()
+        )
 
     async def _on_connect(self, conn: Connection) -> None:
         await conn.on_connect()
@@ -344,3 +352,63 @@ class RedisStore:
 
     async def expire_long_polls(self) -> None:
         await self.client.zremrangebyscore(keys.LONG_POLLS, 0, int(time.time() * 1000))
+
+    # ---- presence ---------------------------------------------------------------------------
+
+    async def presence_set(
+        self, node: str, users: list[tuple[int, bool]], grace_ms: int, last_seen_ttl_ms: int
+    ) -> list[int]:
+        """Record (user, has a connection here) for this node (``presence_set.lua``); the
+        users that went online everywhere and are to be announced."""
+        if not users:
+            return []
+        args: list[str | int] = [*keys.PRESENCE_PIECES, node, _now_ms(), grace_ms]
+        args.append(last_seen_ttl_ms)
+        for user_id, here in users:
+            args.extend((user_id, "1" if here else "0"))
+        return parse_user_ids(await self._presence_set(keys=[], args=args), "presence_set")
+
+    async def presence_beat(self, node: str, ttl_ms: int) -> bool:
+        """Keep this node's presence entries alive; True when the node was not listed or
+        had expired (first beat, or a stall longer than the TTL: a sweep may have taken
+        some of its users offline): its users must be recorded again."""
+        now = _now_ms()
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zscore(keys.PRESENCE_NODES, node)
+        pipe.zadd(keys.PRESENCE_NODES, {node: now + ttl_ms})
+        old, _ = await pipe.execute()
+        return old is None or float(old) <= now
+
+    async def presence_sweep(self, last_seen_ttl_ms: int, max_users: int) -> list[tuple[int, int]]:
+        """Take over dead nodes' users and pop the due offlines (``presence_sweep.lua``):
+        [(user_id, last_seen)] to announce."""
+        args: list[str | int] = [*keys.PRESENCE_PIECES, _now_ms(), last_seen_ttl_ms, max_users]
+        return parse_offlines(await self._presence_sweep(keys=[], args=args))
+
+    async def presence_expire(self, node: str) -> None:
+        """Mark the node dead now (stopping, or starting again under the same name): the
+        next sweep takes its users offline and then drops it."""
+        await self.client.zadd(keys.PRESENCE_NODES, {node: 0})
+
+    async def presence_listed(self, node: str) -> bool:
+        return await self.client.zscore(keys.PRESENCE_NODES, node) is not None
+
+    async def presence(self, user_ids: list[int]) -> list[tuple[bool, int | None]]:
+        """Per user: (online on some live node, last_seen ms or None), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrangebyscore(keys.PRESENCE_NODES, _now_ms() + 1, "+inf")
+        for u in user_ids:
+            pipe.smembers(keys.presence_user(u))
+            pipe.get(keys.last_seen(u))
+        r = await pipe.execute()
+        live = set(r[0])
+        out: list[tuple[bool, int | None]] = []
+        for i in range(len(user_ids)):
+            nodes, seen = r[1 + 2 * i], r[2 + 2 * i]
+            online = not live.isdisjoint(nodes)
+            out.append((online, None if online or seen is None else int(seen)))
+        return out
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
