@@ -10,7 +10,7 @@
 
 Revision ID: 0004
 Revises: 0003
-Create Date: 2026-12-03
+Create Date: 2026-12-01
 """
 
 from alembic import op

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from im_server.client import ApiError, Client, single_conv_id
-from tests.support import befriend, eventually, new_user
+from tests.support import Stores, befriend, eventually, new_user, pg
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
 
@@ -340,3 +340,24 @@ async def test_strangers_cannot_chat(alice: Client, bob: Client) -> None:
     assert (ack_err.status, ack_err.code) == (403, "not_friends"), ack_err
     await befriend(alice, bob)
     assert await _send(alice, conv, "now") == 1
+
+
+async def test_friends_of_the_larger_id_are_found_by_an_index(
+    alice: Client, bob: Client, stores: Stores, server: Any
+) -> None:
+    """Both halves of "friends of u" (u as the smaller or the larger id of the pair) are
+    index scans: with sequential scans off, the plan names an index, never the table."""
+    await befriend(alice, bob)
+    u = max(alice.user_id, bob.user_id)
+    async with pg(stores) as conn, conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            r[0]
+            for r in await conn.fetch(
+                "EXPLAIN SELECT user_b FROM friendships WHERE user_a = $1"
+                " UNION ALL SELECT user_a FROM friendships WHERE user_b = $1",
+                u,
+            )
+        )
+    assert "Seq Scan" not in plan, plan
+    assert "friendships_b" in plan, plan
