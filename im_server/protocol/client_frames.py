@@ -29,6 +29,7 @@ from im_server.protocol.types import (
     JsonObject,
     ReportedSeq,
     Rule,
+    Seq,
 )
 
 TEXT_RULE = "a text message needs content.text, a non-empty string"
@@ -90,6 +91,15 @@ class TypingFrame(ClientFrameModel):
     conv_id: ConvId
 
 
+class EditFrame(ClientFrameModel):
+    """Edit my message: answered by an "edited" frame, or an "error" frame when refused."""
+
+    type: Literal["edit"]
+    conv_id: ConvId
+    seq: Seq
+    content: JsonObject
+
+
 class PingFrame(ClientFrameModel):
     """Answered by a "pong" frame."""
 
@@ -97,7 +107,7 @@ class PingFrame(ClientFrameModel):
 
 
 ClientFrame = Annotated[
-    SendFrame | ReadFrame | DeliveredFrame | TypingFrame | PingFrame,
+    SendFrame | ReadFrame | DeliveredFrame | TypingFrame | PingFrame | EditFrame,
     Field(discriminator="type"),
 ]
 CLIENT_FRAME: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
@@ -107,6 +117,7 @@ MODELS: dict[str, type[ClientFrameModel]] = {
     "delivered": DeliveredFrame,
     "typing": TypingFrame,
     "ping": PingFrame,
+    "edit": EditFrame,
 }
 CLIENT_TYPES = frozenset(MODELS)
 _validate = CLIENT_FRAME.validator.validate_python

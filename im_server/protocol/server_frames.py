@@ -36,9 +36,20 @@ _EXACT = ConfigDict(extra="forbid")
 
 
 @with_config(_EXACT)
+class Reaction(TypedDict):
+    """One emoji on a message: how many members put it there, and whether the reader did."""
+
+    emoji: str
+    count: Count
+    mine: bool
+
+
+@with_config(_EXACT)
 class Message(TypedDict):
     """A message, as pushed and as read from history. A recalled one keeps its seq and
-    loses its content ("content": null, "recalled": true)."""
+    loses its content ("content": null, "recalled": true). An edited one reads with its
+    newest content and "edited_at" (ms); "reactions" are counted for the reader (a new
+    message's push has "edited_at": null, "reactions": [])."""
 
     conv_id: ConvId
     seq: Seq
@@ -48,6 +59,8 @@ class Message(TypedDict):
     content: JsonObject | None
     server_time: Timestamp
     recalled: bool
+    edited_at: Timestamp | None
+    reactions: list[Reaction]
 
 
 @with_config(_EXACT)
@@ -132,6 +145,19 @@ class ErrorFrame(TypedDict):
 
 
 @with_config(_EXACT)
+class Edited(TypedDict):
+    """An edit accepted (the answer to an "edit" frame, and of the REST call): the seq
+    and time of the edit notice that set the message's content; an edit to the content
+    the message already has answers the current ones (null for a message never edited)."""
+
+    type: Literal["edited"]
+    conv_id: ConvId
+    seq: Seq
+    edit_seq: Seq | None
+    edited_at: Timestamp | None
+
+
+@with_config(_EXACT)
 class Pong(TypedDict):
     """The answer to "ping"."""
 
@@ -140,7 +166,15 @@ class Pong(TypedDict):
 
 Ack = Annotated[AckOk | AckRefused, Field(discriminator="ok")]
 ServerFrame = Annotated[
-    Ack | MessagePush | ReadPush | DeliveredPush | ReceiptPush | TypingPush | ErrorFrame | Pong,
+    Ack
+    | MessagePush
+    | ReadPush
+    | DeliveredPush
+    | ReceiptPush
+    | TypingPush
+    | ErrorFrame
+    | Pong
+    | Edited,
     Field(discriminator="type"),
 ]
 SERVER_FRAME: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
@@ -154,6 +188,7 @@ AnyServerFrame = (
     | TypingPush
     | ErrorFrame
     | Pong
+    | Edited
 )
 
 PONG: Final = '{"type":"pong"}'
@@ -215,6 +250,8 @@ def message_push(
             "content": content,
             "server_time": server_time,
             "recalled": False,
+            "edited_at": None,
+            "reactions": [],
         },
     }
 
@@ -246,7 +283,7 @@ def message_frame(
         + head[:-1]
         + ',"content":'
         + content_json
-        + f',"server_time":{server_time},"recalled":false}}}}'
+        + f',"server_time":{server_time},"recalled":false,"edited_at":null,"reactions":[]}}}}'
     )
 
 
@@ -264,3 +301,13 @@ def receipt_push(conv_id: str, seq: int, read_count: int) -> ReceiptPush:
 
 def typing_push(conv_id: str, user_id: int) -> TypingPush:
     return {"type": "typing", "conv_id": conv_id, "user_id": user_id}
+
+
+def edited(conv_id: str, seq: int, edit_seq: int | None, edited_at: int | None) -> Edited:
+    return {
+        "type": "edited",
+        "conv_id": conv_id,
+        "seq": seq,
+        "edit_seq": edit_seq,
+        "edited_at": edited_at,
+    }

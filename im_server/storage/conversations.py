@@ -15,7 +15,7 @@ from im_server.storage.db import now_ms
 SINGLE, GROUP = 1, 2
 ROLE_MEMBER, ROLE_ADMIN, ROLE_OWNER = 0, 1, 2
 ROLE_NAMES = {ROLE_MEMBER: "member", ROLE_ADMIN: "admin", ROLE_OWNER: "owner"}
-NOT_UNREAD_TYPES = ("recall", "system")
+NOT_UNREAD_TYPES = ("recall", "system", "edit", "reaction")
 
 
 @dataclass(slots=True)
@@ -281,7 +281,8 @@ async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
 # The columns of a message row, in the order ``message_dict`` reads them (shared with the
 # history and sync queries).
 MESSAGE_COLUMNS = (
-    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled"
+    "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled, "
+    "edited_at"
 )
 
 
@@ -298,6 +299,8 @@ def message_dict(row: Any) -> dict[str, Any]:
         "content": content,
         "server_time": int(row[6]),
         "recalled": bool(row[7]),
+        "edited_at": int(row[8]) if row[8] is not None else None,
+        "reactions": [],  # filled for the reader by storage.reactions.attach
     }
 
 
@@ -313,7 +316,7 @@ _UNREAD = (
     "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
     f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
-    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
+    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system', 'edit', 'reaction'))"
 )
 
 
@@ -346,7 +349,8 @@ async def states(
                pm.user_id, pm.read_seq, pm.delivered_seq, {_UNREAD} AS unread,
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
-               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden
+               (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden,
+               lm.edited_at
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
@@ -369,7 +373,7 @@ async def states(
             "max_seq": max(wmax, wmin - 1),
             "read_seq": int(r[6] or 0),
             "unread": int(r[11]),
-            "last_message": message_dict(r[12:20]) if r[12] is not None else None,
+            "last_message": message_dict((*r[12:20], r[23])) if r[12] is not None else None,
             "version": int(r[7]),
         }
         if include_hidden:

@@ -70,6 +70,8 @@ MESSAGE = {
     "content": {"text": "ok"},
     "server_time": 1764412345678,
     "recalled": False,
+    "edited_at": None,
+    "reactions": [],
 }
 
 
@@ -80,7 +82,7 @@ def test_response_models_are_exact() -> None:
     with pytest.raises(ValidationError):
         HistoryPage.model_validate({**page, "next": 6})
     with pytest.raises(ValidationError):
-        HistoryPage.model_validate({**page, "messages": [{**MESSAGE, "edited_at": 1}]})
+        HistoryPage.model_validate({**page, "messages": [{**MESSAGE, "pinned": True}]})
     state = {
         "conv_id": "s:1:2",
         "type": "single",
