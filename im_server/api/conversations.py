@@ -138,7 +138,7 @@ async def edit(conv_id: str, seq: str, body: EditBody, caller: CurrentUser, ctx:
 
 
 @router.put(
-    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji}",
+    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji:path}",
     status_code=204,
     summary="Put my reaction on a message (idempotent; a reaction notice when it changes)",
     description="emoji: URL-encoded, 1-32 characters, no whitespace nor control characters.",
@@ -150,7 +150,7 @@ async def react(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ct
 
 
 @router.delete(
-    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji}",
+    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji:path}",
     status_code=204,
     summary="Take my reaction back (idempotent; a reaction notice when it changes)",
 )
