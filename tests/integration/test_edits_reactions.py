@@ -9,10 +9,11 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
-from tests.support import ServerProcess, Stores, eventually, new_user
+from tests.support import ServerProcess, Stores, eventually, new_user, pg, rds
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
 
@@ -155,6 +156,47 @@ async def test_edit_refusals(pair: tuple[Client, Client, str]) -> None:
     # none of the refusals left a notice: one edit, one recall
     await eventually(lambda: _count_is(alice, conv, "recall", 1))
     assert len(await _notices(alice, conv, "edit")) == 1
+
+
+async def test_the_persister_applies_edit_notices(
+    stores: Stores, server: ServerProcess, pair: tuple[Client, Client, str]
+) -> None:
+    """Durable state drives the edit: with the request's own update lost, the stored
+    notices set the content again, in seq order whatever order they arrive in."""
+    alice, bob, conv = pair
+    seq = await _send(alice, conv, "v1")
+    await alice.edit(conv, seq, "v2")
+    last = await alice.edit(conv, seq, "v3")
+    await eventually(lambda: _count_is(alice, conv, "edit", 2))
+    notices = await _notices(alice, conv, "edit")
+    async with pg(stores) as c:
+        await c.execute(
+            'UPDATE messages SET content = \'{"text": "v1"}\', edited_at = NULL, '
+            "edit_seq = NULL WHERE conv_id = $1 AND seq = $2",
+            conv,
+            seq,
+        )
+    assert (await _msg(bob, conv, seq))["content"] == {"text": "v1"}
+    async with rds(stores) as r:
+        for n in reversed(notices):  # the newest first: the older must not win after it
+            body = orjson.dumps(n["content"]).decode()
+            parts = [conv, str(alice.user_id), n["client_msg_id"], "edit", body]
+            parts += [str(n["server_time"]), "0", "0"]
+            await r.xadd("im:stream:{p0}", {"q": n["seq"], "d": "\0".join(parts)})
+
+    async def applied() -> dict[str, Any] | None:
+        m = await _msg(bob, conv, seq)
+        return m if m["content"] == {"text": "v3"} else None
+
+    m = await eventually(applied)
+    assert m["edited_at"] == last["edited_at"], m
+
+    async def drained() -> bool:  # both replays stored (acked and deleted after the commit)
+        async with rds(stores) as r:
+            return int(await r.xlen("im:stream:{p0}")) == 0
+
+    await eventually(drained)
+    assert (await _msg(bob, conv, seq))["content"] == {"text": "v3"}
 
 
 async def test_edit_over_the_websocket(pair: tuple[Client, Client, str]) -> None:
