@@ -27,6 +27,7 @@ from im_server.protocol.server_frames import (
     SERVER_FRAME,
     ack,
     cursor_push,
+    edited,
     encode,
     error_frame,
     message_frame,
@@ -194,6 +195,8 @@ def server_frames() -> list[Any]:
         receipt_push("g:7", 14, 2),
         typing_push("g:7", 1),
         error_frame(ImError("bad_request", "unknown frame type 'subscribe'")),
+        edited("g:7", 14, 15, 1764412345678),
+        edited("g:7", 14, None, None),
     ]
 
 
@@ -254,6 +257,9 @@ def test_spliced_message_frame_equals_the_models_json(content: dict[str, Any]) -
     assert spliced == encode(model)
     assert SERVER_FRAME.validate_json(spliced) == model
     assert SERVER_FRAME.dump_json(model).decode() == spliced
+    # a new message is pushed never edited and without reactions
+    assert model["message"]["edited_at"] is None and model["message"]["reactions"] == []
+    assert spliced.endswith(',"recalled":false,"edited_at":null,"reactions":[]}}')
 
 
 def test_close_codes() -> None:
