@@ -228,19 +228,24 @@ def valid_client_msg_id(value: object) -> bool:
 
 EMOJI_MAX_CHARS = 32
 EMOJI_RULE = (
-    "must be 1-32 Unicode characters, none of them whitespace, control characters or "
-    "lone surrogates"
+    "must be 1-32 Unicode characters, none of them whitespace, control characters, "
+    "surrogates or U+FFFD"
 )
+
+
+_NOT_IN_EMOJI = frozenset({"Cc", "Cs", "Zs", "Zl", "Zp"})
 
 
 def valid_emoji(value: object) -> bool:
     """THE reaction rule: 1-32 code points, no whitespace (any Unicode space or line
-    separator), no control character (``Cc``, NUL included) nor surrogate (``Cs``).
+    separator), no control character (``Cc``, NUL included), no surrogate (``Cs``), no
+    U+FFFD (what a path that is not UTF-8 decodes to: a broken encoding is refused, not
+    stored as a different emoji).
     Joiners and variation selectors (``U+200D``, ``U+FE0F``) are allowed: emoji sequences
     need them. The server does not check that it is an emoji: any short token is kept."""
     if not isinstance(value, str) or not 1 <= len(value) <= EMOJI_MAX_CHARS:
         return False
     for ch in value:
-        if ch.isspace() or unicodedata.category(ch) in ("Cc", "Cs", "Zs", "Zl", "Zp"):
+        if ch.isspace() or ch == "\ufffd" or unicodedata.category(ch) in _NOT_IN_EMOJI:
             return False
     return True

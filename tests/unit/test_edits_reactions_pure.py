@@ -61,7 +61,22 @@ def test_emojis_accepted(emoji: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "emoji", ["", " ", "a b", "x" * 33, "\t", "\n", "\x00", "\x7f", "\u2028", "\u3000", "\ud800", 1]
+    "emoji",
+    [
+        "",
+        " ",
+        "a b",
+        "x" * 33,
+        "\t",
+        "\n",
+        "\x00",
+        "\x7f",
+        "\u2028",
+        "\u3000",
+        "\ud800",
+        "\ufffd",
+        1,
+    ],
 )
 def test_emojis_refused(emoji: object) -> None:
     assert not valid_emoji(emoji)
