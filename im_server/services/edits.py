@@ -63,9 +63,14 @@ async def do_edit(
         if not isinstance(text_, str) or not text_:
             raise bad_request(f"content: {TEXT_RULE}")
     async with ctx.db.connect() as conn:
-        base = await edits.edit_seq_of(conn, ref.conv_id, seq)
-    if msg["content"] == content:
-        return edited(ref.conv_id, seq, base, msg["edited_at"])
+        now = await edits.current(conn, ref.conv_id, seq)
+    if now is None:
+        raise not_found("no such message")
+    have, base, edited_at = now
+    if have == content:
+        return edited(ref.conv_id, seq, base, edited_at)
+    if have is None:  # recalled since the checks above
+        raise ImError("conflict", "the message was recalled")
     ack = await send.do_send(
         ctx,
         user_id,
@@ -73,8 +78,7 @@ async def do_edit(
         notice_client_msg_id(ref.conv_id, seq, base, content_json),
         "edit",
         f'{{"seq":{seq},"content":{content_json}}}',
-        skip_perm=True,
-    )
+    )  # with the sender's rights checked: an edit brings new content, as a send does
     async with ctx.db.begin() as conn:
         await edits.apply(
             conn, [Edit(ref.conv_id, seq, content_json, ack["seq"], ack["server_time"])]

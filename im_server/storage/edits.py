@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
+import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -77,11 +79,20 @@ async def apply_pg(conn: asyncpg.Connection, edits: Iterable[Edit]) -> None:
         await conn.execute(_APPLY_PG, *_columns(todo))
 
 
-async def edit_seq_of(conn: AsyncConnection, conv_id: str, seq: int) -> int | None:
-    """The seq of the edit notice that set the message's content, None if never edited."""
-    r = await conn.execute(
-        text("SELECT edit_seq FROM messages WHERE conv_id = :c AND seq = :q"),
-        {"c": conv_id, "q": seq},
-    )
-    v = r.scalar_one_or_none()
-    return int(v) if v is not None else None
+async def current(
+    conn: AsyncConnection, conv_id: str, seq: int
+) -> tuple[Any, int | None, int | None] | None:
+    """(content, edit_seq, edited_at) of the message, read together (one snapshot: an
+    edit applied between two reads would pair a content with another edit's seq)."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT content, edit_seq, edited_at FROM messages WHERE conv_id = :c AND seq = :q"
+            ),
+            {"c": conv_id, "q": seq},
+        )
+    ).first()
+    if row is None:
+        return None
+    content = orjson.loads(row[0]) if isinstance(row[0], str) else row[0]
+    return content, row[1], row[2]

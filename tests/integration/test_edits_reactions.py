@@ -199,6 +199,15 @@ async def test_the_persister_applies_edit_notices(
     assert (await _msg(bob, conv, seq))["content"] == {"text": "v3"}
 
 
+async def test_edit_needs_the_rights_of_a_send(pair: tuple[Client, Client, str]) -> None:
+    alice, bob, conv = pair
+    seq = await _send(bob, conv, "before the block")
+    await alice.block(bob.user_id)  # type: ignore[arg-type]
+    await _expect(bob.edit(conv, seq, "after the block"), 403, "blocked")
+    assert (await _msg(alice, conv, seq))["content"] == {"text": "before the block"}
+    assert await _notices(alice, conv, "edit") == []
+
+
 async def test_edit_over_the_websocket(pair: tuple[Client, Client, str]) -> None:
     alice, bob, conv = pair
     seq = await _send(alice, conv, "ws")
