@@ -81,6 +81,10 @@ class Settings(BaseSettings):
 
     # groups and receipts
     recall_window_seconds: int = 120
+    # edits and reactions
+    edit_window_seconds: int = 48 * 3600
+    reaction_max_emojis: int = 20  # distinct emojis on one message
+    reaction_max_per_user: int = 10  # one user's reactions on one message
     receipts_full_max: int = 100
     receipts_partial_max: int = 500
     receipts_count_max: int = 3000

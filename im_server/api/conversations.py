@@ -17,11 +17,12 @@ from im_server.api.responses import (
     Receipts,
     Unread,
 )
-from im_server.api.schemas import ReadBody, SendBody
+from im_server.api.schemas import EditBody, ReadBody, SendBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
-from im_server.protocol.server_frames import AckOk
-from im_server.services import conversations, history, read, send
+from im_server.protocol.server_frames import AckOk, Edited
+from im_server.services import conversations, history, reactions, read, send
+from im_server.services.edits import do_edit
 from im_server.services.recall import do_recall
 
 router = APIRouter(
@@ -135,6 +136,39 @@ async def hide(conv_id: str, caller: CurrentUser, ctx: Ctx) -> Response:
 )
 async def recall(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await do_recall(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq))
+
+
+@router.post(
+    "/conversations/{conv_id}/messages/{seq}/edit",
+    summary="Edit my message (within the edit window): an edit notice, the original updated",
+    description="Idempotent: an edit to the current content answers the current edit "
+    "and sends no notice; a repeated request never makes a second notice.",
+)
+async def edit(conv_id: str, seq: str, body: EditBody, caller: CurrentUser, ctx: Ctx) -> Edited:
+    return await do_edit(ctx, caller.user_id, parse_conv_id(conv_id), _seq_path(seq), body.content)
+
+
+@router.put(
+    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji:path}",
+    status_code=204,
+    summary="Put my reaction on a message (idempotent; a reaction notice when it changes)",
+    description="emoji: URL-encoded, 1-32 characters, no whitespace nor control characters.",
+)
+async def react(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ctx) -> Response:
+    ref, n = parse_conv_id(conv_id), _seq_path(seq)
+    await reactions.do_react(ctx, caller.user_id, ref, n, reactions.check_emoji(emoji), "add")
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/conversations/{conv_id}/messages/{seq}/reactions/{emoji:path}",
+    status_code=204,
+    summary="Take my reaction back (idempotent; a reaction notice when it changes)",
+)
+async def unreact(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ctx) -> Response:
+    ref, n = parse_conv_id(conv_id), _seq_path(seq)
+    await reactions.do_react(ctx, caller.user_id, ref, n, reactions.check_emoji(emoji), "remove")
+    return Response(status_code=204)
 
 
 @router.get(

@@ -16,6 +16,7 @@ from pydantic.config import JsonDict
 
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.types import (
+    JsonObject,
     ReportedSeq,
     UserId,
 )
@@ -76,6 +77,14 @@ class SendBody(SendFields):
     model_config = _body(
         {"client_msg_id": "6f1c2b0e9a", "content_type": "text", "content": {"text": "hello"}}
     )
+
+
+class EditBody(BaseModel):
+    """The new content of my message (the rules of a send's content; a ``text`` message
+    keeps a non-empty ``text``)."""
+
+    model_config = _body({"content": {"text": "hello again"}})
+    content: JsonObject
 
 
 class ReadBody(BaseModel):

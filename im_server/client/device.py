@@ -175,12 +175,24 @@ class Device:
                 target = conv.get(int(msg["content"].get("seq", 0)))
                 if target is not None:  # the original is blanked on the server too
                     target.update(content=None, recalled=True)
+            if msg.get("content_type") == "edit" and isinstance(msg.get("content"), dict):
+                self._apply_edit(conv, msg)
             if self.on_message is not None:
                 try:
                     self.on_message(msg)
                 except Exception:
                     log.exception("on_message callback failed")
         return len(msgs)
+
+    @staticmethod
+    def _apply_edit(conv: dict[int, dict[str, Any]], notice: Mapping[str, Any]) -> None:
+        """An edit notice updates the held original (the server did the same)."""
+        target = conv.get(int(notice["content"].get("seq", 0)))
+        new = notice["content"].get("content")
+        if target is None or target.get("recalled") or not isinstance(new, dict):
+            return
+        if (target.get("edited_at") or 0) <= int(notice["server_time"]):
+            target.update(content=new, edited_at=int(notice["server_time"]))
 
     def _prune(self, conv_id: str) -> None:
         """Drop held messages below the window (cleared on another device...)."""

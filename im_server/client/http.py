@@ -302,6 +302,23 @@ class Client:
     async def recall(self, conv_id: str, seq: int) -> JsonObject:
         return await self._obj("POST", f"{conv_path(conv_id)}/messages/{seq}/recall")
 
+    async def edit(self, conv_id: str, seq: int, content: Any) -> JsonObject:
+        """Edit my message; ``content`` is the new content object, or a string for a
+        text message's ``{"text": ...}``. Answers the ``edited`` body."""
+        body = {"content": {"text": content} if isinstance(content, str) else content}
+        return await self._obj("POST", f"{conv_path(conv_id)}/messages/{seq}/edit", json=body)
+
+    def _reaction_path(self, conv_id: str, seq: int, emoji: str) -> str:
+        return f"{conv_path(conv_id)}/messages/{seq}/reactions/{quote(emoji, safe='')}"
+
+    async def react(self, conv_id: str, seq: int, emoji: str) -> None:
+        """Put my reaction on a message (204, idempotent)."""
+        await self.request("PUT", self._reaction_path(conv_id, seq, emoji))
+
+    async def unreact(self, conv_id: str, seq: int, emoji: str) -> None:
+        """Take my reaction back (204, idempotent)."""
+        await self.request("DELETE", self._reaction_path(conv_id, seq, emoji))
+
     async def receipts(self, conv_id: str, seq: int) -> JsonObject:
         return await self._obj("GET", f"{conv_path(conv_id)}/messages/{seq}/receipts")
 

@@ -349,6 +349,20 @@ class Connection:
     async def typing(self, conv_id: str) -> None:
         await self._send_frame({"type": "typing", "conv_id": conv_id})
 
+    async def edit(self, conv_id: str, seq: int, content: Any, timeout: float = 10.0) -> JsonObject:
+        """Send an ``edit`` frame and return its answer: the ``edited`` frame for this
+        message, or the next ``error`` frame (errors name no frame: send one edit at a
+        time on a socket to tell them apart). Needs ``queue_events``."""
+        body = {"text": content} if isinstance(content, str) else content
+        await self._send_frame({"type": "edit", "conv_id": conv_id, "seq": seq, "content": body})
+
+        def answer(f: JsonObject) -> bool:
+            if f.get("type") == "error":
+                return True
+            return f.get("type") == "edited" and f.get("conv_id") == conv_id and f.get("seq") == seq
+
+        return await self.next_event(None, timeout, answer)
+
     async def ping(self, timeout: float = 5.0) -> None:
         """Application-level ping; returns when the matching ``pong`` arrives."""
         fut: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()

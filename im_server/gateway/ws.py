@@ -35,13 +35,14 @@ from im_server.protocol.close_codes import CloseCode
 from im_server.protocol.session import (
     Close,
     CursorCmd,
+    EditCmd,
     Reply,
     SendCmd,
     Session,
     State,
     TypingCmd,
 )
-from im_server.services import accounts, read, send
+from im_server.services import accounts, edits, read, send
 from im_server.storage.redis.store import SendArgs
 
 log = logging.getLogger("im_server.ws")
@@ -87,6 +88,8 @@ class Gateway:
         elif isinstance(cmd, TypingCmd):
             typing = read.do_typing(self.ctx, conn.user_id, cmd.conv)
             self._spawn(conn, self._guard(conn, session, "typing", typing))
+        elif isinstance(cmd, EditCmd):
+            self._spawn(conn, self._guard(conn, session, "edit", self._edit(conn, session, cmd)))
         else:
             return cmd
         return None
@@ -193,10 +196,14 @@ class Gateway:
             return
         conn.push(session.acked(ack))
 
+    async def _edit(self, conn: Conn, session: Session, cmd: EditCmd) -> None:
+        answer = await edits.do_edit(self.ctx, conn.user_id, cmd.conv, cmd.seq, cmd.content)
+        conn.push(session.edited(answer))
+
     async def _guard(
         self, conn: Conn, session: Session, where: str, work: Awaitable[object]
     ) -> None:
-        """Run a read, delivered or typing command; a refusal or a store fault is
+        """Run a read, delivered, typing or edit command; a refusal or a store fault is
         answered with an ``error`` frame, a bug closes the socket."""
         try:
             await work

@@ -32,6 +32,7 @@ from im_server.protocol.types import (
     ReplyTo,
     ReportedSeq,
     Rule,
+    Seq,
 )
 
 TEXT_RULE = "a text message needs content.text, a non-empty string"
@@ -106,6 +107,15 @@ class TypingFrame(ClientFrameModel):
     conv_id: ConvId
 
 
+class EditFrame(ClientFrameModel):
+    """Edit my message: answered by an "edited" frame, or an "error" frame when refused."""
+
+    type: Literal["edit"]
+    conv_id: ConvId
+    seq: Seq
+    content: JsonObject
+
+
 class PingFrame(ClientFrameModel):
     """Answered by a "pong" frame."""
 
@@ -113,7 +123,7 @@ class PingFrame(ClientFrameModel):
 
 
 ClientFrame = Annotated[
-    SendFrame | ReadFrame | DeliveredFrame | TypingFrame | PingFrame,
+    SendFrame | ReadFrame | DeliveredFrame | TypingFrame | PingFrame | EditFrame,
     Field(discriminator="type"),
 ]
 CLIENT_FRAME: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
@@ -123,6 +133,7 @@ MODELS: dict[str, type[ClientFrameModel]] = {
     "delivered": DeliveredFrame,
     "typing": TypingFrame,
     "ping": PingFrame,
+    "edit": EditFrame,
 }
 CLIENT_TYPES = frozenset(MODELS)
 _validate = CLIENT_FRAME.validator.validate_python

@@ -37,9 +37,20 @@ _EXACT = ConfigDict(extra="forbid")
 
 
 @with_config(_EXACT)
+class Reaction(TypedDict):
+    """One emoji on a message: how many members put it there, and whether the reader did."""
+
+    emoji: str
+    count: Count
+    mine: bool
+
+
+@with_config(_EXACT)
 class Message(TypedDict):
     """A message, as pushed and as read from history. A recalled one keeps its seq and
-    loses its content ("content": null, "recalled": true)."""
+    loses its content ("content": null, "recalled": true). An edited one reads with its
+    newest content and "edited_at" (ms); "reactions" are counted for the reader (a new
+    message's push has "edited_at": null, "reactions": [])."""
 
     conv_id: ConvId
     seq: Seq
@@ -52,6 +63,8 @@ class Message(TypedDict):
     mentions: list[UserId]
     mention_all: bool
     reply_to: Seq | None
+    edited_at: Timestamp | None
+    reactions: list[Reaction]
 
 
 @with_config(_EXACT)
@@ -147,6 +160,19 @@ class ErrorFrame(TypedDict):
 
 
 @with_config(_EXACT)
+class Edited(TypedDict):
+    """An edit accepted (the answer to an "edit" frame, and of the REST call): the seq
+    and time of the edit notice that set the message's content; an edit to the content
+    the message already has answers the current ones (null for a message never edited)."""
+
+    type: Literal["edited"]
+    conv_id: ConvId
+    seq: Seq
+    edit_seq: Seq | None
+    edited_at: Timestamp | None
+
+
+@with_config(_EXACT)
 class Pong(TypedDict):
     """The answer to "ping"."""
 
@@ -163,7 +189,8 @@ ServerFrame = Annotated[
     | TypingPush
     | PresencePush
     | ErrorFrame
-    | Pong,
+    | Pong
+    | Edited,
     Field(discriminator="type"),
 ]
 SERVER_FRAME: TypeAdapter[ServerFrame] = TypeAdapter(ServerFrame)
@@ -178,6 +205,7 @@ AnyServerFrame = (
     | PresencePush
     | ErrorFrame
     | Pong
+    | Edited
 )
 
 PONG: Final = '{"type":"pong"}'
@@ -246,6 +274,8 @@ def message_push(
             "mentions": list(mentions),
             "mention_all": mention_all,
             "reply_to": reply_to,
+            "edited_at": None,
+            "reactions": [],
         },
     }
 
@@ -282,7 +312,8 @@ def message_frame(
         ids = ",".join(str(u) for u in mentions)
         tail = (
             f',"mentions":[{ids}],"mention_all":{"true" if mention_all else "false"},'
-            f'"reply_to":{"null" if reply_to is None else reply_to}}}}}'
+            f'"reply_to":{"null" if reply_to is None else reply_to}'
+            ',"edited_at":null,"reactions":[]}}'
         )
     return (
         '{"type":"message","message":'
@@ -294,8 +325,8 @@ def message_frame(
     )
 
 
-_PLAIN_TAIL = ',"mentions":[],"mention_all":false,"reply_to":null}}'
-"""The end of a ``message`` frame that mentions nobody and answers nothing."""
+_PLAIN_TAIL = ',"mentions":[],"mention_all":false,"reply_to":null,"edited_at":null,"reactions":[]}}'
+"""The end of a new ``message`` frame that mentions nobody and answers nothing."""
 
 
 def cursor_push(
@@ -316,3 +347,13 @@ def typing_push(conv_id: str, user_id: int) -> TypingPush:
 
 def presence_push(user_id: int, online: bool, last_seen: int | None) -> PresencePush:
     return {"type": "presence", "user_id": user_id, "online": online, "last_seen": last_seen}
+
+
+def edited(conv_id: str, seq: int, edit_seq: int | None, edited_at: int | None) -> Edited:
+    return {
+        "type": "edited",
+        "conv_id": conv_id,
+        "seq": seq,
+        "edit_seq": edit_seq,
+        "edited_at": edited_at,
+    }

@@ -17,6 +17,7 @@ from pydantic import JsonValue
 
 from im_server.errors import ImError
 from im_server.protocol.client_frames import (
+    EditFrame,
     FrameError,
     PingFrame,
     ReadFrame,
@@ -28,6 +29,7 @@ from im_server.protocol.close_codes import CloseCode
 from im_server.protocol.server_frames import (
     PONG,
     AckOk,
+    Edited,
     encode,
     error_frame,
     refused_ack,
@@ -75,6 +77,15 @@ class TypingCmd:
 
 
 @dataclass(slots=True)
+class EditCmd:
+    """Edit a message; answer with :meth:`Session.edited` or :meth:`Session.failed`."""
+
+    conv: ConvRef
+    seq: int
+    content: dict[str, JsonValue]
+
+
+@dataclass(slots=True)
 class Reply:
     """Send ``text`` back at once: a pong, or the refusal of a bad frame. ``refused`` is
     the error code of a refusal (for the metrics), ``of_send`` tells a refused send (an
@@ -93,7 +104,7 @@ class Close:
     reason: str
 
 
-Command = SendCmd | CursorCmd | TypingCmd | Reply | Close
+Command = SendCmd | CursorCmd | TypingCmd | EditCmd | Reply | Close
 PONG_REPLY = Reply(PONG)
 
 
@@ -142,6 +153,8 @@ class Session:
             return PONG_REPLY
         if isinstance(frame, TypingFrame):
             return TypingCmd(conv_ref(frame.conv_id))
+        if isinstance(frame, EditFrame):
+            return EditCmd(conv_ref(frame.conv_id), frame.seq, frame.content)
         return CursorCmd("delivered", conv_ref(frame.conv_id), frame.seq)
 
     def close(self, code: CloseCode, reason: str) -> Close:
@@ -161,6 +174,10 @@ class Session:
         return encode(refused_ack(client_msg_id, err))
 
     @staticmethod
+    def edited(answer: Edited) -> str:
+        return encode(answer)
+
+    @staticmethod
     def failed(err: ImError) -> str:
-        """A read, delivered or typing command refused or failed."""
+        """A read, delivered, typing or edit command refused or failed."""
         return encode(error_frame(err))

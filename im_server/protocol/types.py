@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -111,7 +112,8 @@ ClientMsgId = Annotated[
 _CMID = re.compile(CLIENT_MSG_ID_PATTERN)
 
 CONTENT_TYPE_PATTERN = r"^[a-z][a-z0-9_.-]{0,31}$"
-SERVER_CONTENT_TYPES = frozenset({"system", "recall"})
+SERVER_CONTENT_TYPES = frozenset({"system", "recall", "edit", "reaction"})
+"""Notices: made by the server only, never counted as unread, never edited or reacted to."""
 ContentType = Annotated[
     str,
     Strict(),
@@ -131,7 +133,10 @@ ClientContentType = Annotated[
     Strict(),
     StringConstraints(pattern=CONTENT_TYPE_PATTERN),
     AfterValidator(_not_server_made),
-    Rule("must be a lowercase word like 'text' ('system' and 'recall' are the server's)"),
+    Rule(
+        "must be a lowercase word like 'text' ('system', 'recall', 'edit' and 'reaction' "
+        "are the server's)"
+    ),
 ]
 
 ErrorCode = Annotated[
@@ -229,3 +234,30 @@ ConvId = Annotated[
 
 def valid_client_msg_id(value: object) -> bool:
     return isinstance(value, str) and _CMID.fullmatch(value) is not None
+
+
+# -- reactions ------------------------------------------------------------------------------
+
+EMOJI_MAX_CHARS = 32
+EMOJI_RULE = (
+    "must be 1-32 Unicode characters, none of them whitespace, control characters, "
+    "surrogates or U+FFFD"
+)
+
+
+_NOT_IN_EMOJI = frozenset({"Cc", "Cs", "Zs", "Zl", "Zp"})
+
+
+def valid_emoji(value: object) -> bool:
+    """THE reaction rule: 1-32 code points, no whitespace (any Unicode space or line
+    separator), no control character (``Cc``, NUL included), no surrogate (``Cs``), no
+    U+FFFD (what a path that is not UTF-8 decodes to: a broken encoding is refused, not
+    stored as a different emoji).
+    Joiners and variation selectors (``U+200D``, ``U+FE0F``) are allowed: emoji sequences
+    need them. The server does not check that it is an emoji: any short token is kept."""
+    if not isinstance(value, str) or not 1 <= len(value) <= EMOJI_MAX_CHARS:
+        return False
+    for ch in value:
+        if ch.isspace() or ch == "\ufffd" or unicodedata.category(ch) in _NOT_IN_EMOJI:
+            return False
+    return True

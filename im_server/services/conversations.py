@@ -8,13 +8,17 @@ from im_server.context import Context
 from im_server.ids import ConvRef
 from im_server.services import notify, seqs
 from im_server.services.history import load_member
-from im_server.storage import conversations
+from im_server.storage import conversations, reactions
 from im_server.storage.db import next_version_txn
 
 
 async def list_states(ctx: Context, user_id: int) -> list[dict[str, Any]]:
     async with ctx.db.connect() as conn:
-        return await conversations.states(conn, user_id)
+        states = await conversations.states(conn, user_id)
+        await reactions.attach(
+            conn, user_id, [s["last_message"] for s in states if s["last_message"]]
+        )
+    return states
 
 
 async def unread(ctx: Context, user_id: int) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from im_server.context import Context
 from im_server.errors import ImError, not_found
 from im_server.ids import ConvRef
 from im_server.protocol.types import MAX_INT64
-from im_server.storage import conversations, messages
+from im_server.storage import conversations, messages, reactions
 from im_server.storage.conversations import ConvRow, MemberRow
 
 INF = MAX_INT64  # an open window end
@@ -73,4 +73,5 @@ async def get_history(
         win = window(conv, m)
         b, e, is_end = plan(win, begin, end, limit, descending)
         msgs = await messages.message_range(conn, ref.conv_id, b, e, descending) if b <= e else []
+        await reactions.attach(conn, user_id, msgs)
     return {"messages": msgs, "min_seq": win.lo, "max_seq": win.hi, "is_end": is_end}

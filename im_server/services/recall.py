@@ -37,7 +37,7 @@ MsgKey = tuple[str, int]
 
 async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[str, Any]:
     """Recall the caller's message at ``seq``: send the notice, blank the original."""
-    msg, m = await _recallable(ctx, user_id, ref, seq)
+    msg, m = await visible_message(ctx, user_id, ref, seq)
     if msg is None or msg["content_type"] in ("system", "recall"):
         raise not_found("no such message")
     if msg["sender_id"] != user_id:
@@ -63,7 +63,7 @@ def _member_end(m: MemberRow) -> int:
     return m.max_seq if m.max_seq is not None else INF
 
 
-async def _recallable(
+async def visible_message(
     ctx: Context, user_id: int, ref: ConvRef, seq: int
 ) -> tuple[dict[str, Any] | None, MemberRow]:
     """The message at ``seq`` if the caller's window holds it, and the caller's row.

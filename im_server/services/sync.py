@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from im_server.context import Context
-from im_server.storage import conversations, sync
+from im_server.storage import conversations, reactions, sync
 
 WAIT_CAP_S = 30.0
 
@@ -48,6 +48,12 @@ async def _page(ctx: Context, user_id: int, since: int, limit: int, recent: int)
         }
         windows = [(c, states[c]["min_seq"], states[c]["max_seq"]) for c in ids if c in states]
         msgs = await sync.recent_messages(conn, windows, recent)
+        await reactions.attach(
+            conn,
+            user_id,
+            [m for ms in msgs.values() for m in ms]
+            + [s["last_message"] for s in states.values() if s["last_message"]],
+        )
     out = []
     for c in ids:
         st = states.get(c)

@@ -15,7 +15,7 @@ from im_server.storage.db import now_ms
 SINGLE, GROUP = 1, 2
 ROLE_MEMBER, ROLE_ADMIN, ROLE_OWNER = 0, 1, 2
 ROLE_NAMES = {ROLE_MEMBER: "member", ROLE_ADMIN: "admin", ROLE_OWNER: "owner"}
-NOT_UNREAD_TYPES = ("recall", "system")
+NOT_UNREAD_TYPES = ("recall", "system", "edit", "reaction")
 
 
 @dataclass(slots=True)
@@ -302,7 +302,7 @@ async def allocated_end(conn: AsyncConnection, conv_id: str) -> int:
 # history and sync queries).
 MESSAGE_COLUMNS = (
     "conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled, "
-    "mentions, mention_all, reply_to"
+    "mentions, mention_all, reply_to, edited_at"
 )
 
 
@@ -322,6 +322,8 @@ def message_dict(row: Any) -> dict[str, Any]:
         "mentions": [int(u) for u in row[8]],
         "mention_all": bool(row[9]),
         "reply_to": int(row[10]) if row[10] is not None else None,
+        "edited_at": int(row[11]) if row[11] is not None else None,
+        "reactions": [],  # filled for the reader by storage.reactions.attach
     }
 
 
@@ -337,7 +339,7 @@ _UNREAD = (
     "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
     f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
-    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system'))"
+    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system', 'edit', 'reaction'))"
 )
 # Of those, the ones that mention me or everyone: _UNREAD itself (so the rules cannot
 # drift apart) plus the mention test. The first added condition is the predicate of the
@@ -380,7 +382,8 @@ async def states(
                lm.conv_id, lm.seq, lm.sender_id, lm.client_msg_id, lm.content_type, lm.content,
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
                (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden,
-               lm.mentions, lm.mention_all, lm.reply_to, {_MENTION_UNREAD} AS mention_unread
+               lm.mentions, lm.mention_all, lm.reply_to, {_MENTION_UNREAD} AS mention_unread,
+               lm.edited_at
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
@@ -404,7 +407,9 @@ async def states(
             "read_seq": int(r[6] or 0),
             "unread": int(r[11]),
             "mention_unread": int(r[26]),
-            "last_message": message_dict((*r[12:20], *r[23:26])) if r[12] is not None else None,
+            "last_message": (
+                message_dict((*r[12:20], *r[23:26], r[27])) if r[12] is not None else None
+            ),
             "version": int(r[7]),
         }
         if include_hidden:

@@ -15,7 +15,8 @@ import asyncpg
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.services import notify, recall
+from im_server.services import edits, notify, recall
+from im_server.storage import edits as edit_store
 from im_server.storage import messages
 from im_server.storage.messages import NewMessage
 from im_server.storage.redis import keys
@@ -189,6 +190,20 @@ class Persister:
             pg.terminate()
             raise
 
+    async def _apply_edits(self, batch: list[NewMessage]) -> None:
+        """The edits of the batch's edit notices, after the batch committed (the
+        originals are stored before: an edit is sent only once its original is)."""
+        found = [e for e in map(edits.edit_of, batch) if e is not None]
+        if not found:
+            return
+        assert self._pg is not None
+        try:
+            await edit_store.apply_pg(self._pg, found)
+        except BaseException:
+            pg, self._pg = self._pg, None
+            pg.terminate()
+            raise
+
     async def _touch_filled_windows(self, batch: list[NewMessage]) -> list[int]:
         assert self._pg is not None
         try:
@@ -271,6 +286,7 @@ class Persister:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))
             if inserted < len(batch):
                 await self._check_conflicts(batch)
+            await self._apply_edits(batch)
             touched = await self._touch_filled_windows(batch)
             if touched:
                 self.ctx.spawn(notify.changed(self.ctx, touched))

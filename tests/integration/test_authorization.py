@@ -396,6 +396,8 @@ def send_body() -> dict[str, Any]:
 
 
 NOT_MEMBER = (403, "not_member")
+EDIT_BODY = {"content": {"text": "edited"}}
+THUMBS = "%F0%9F%91%8D"  # the path segment of 👍
 NOT_FOUND = (404, "not_found")
 FORBIDDEN = (403, "forbidden")
 UNAUTH = (401, "unauthorized")
@@ -446,6 +448,33 @@ def conv_cells(
                 "GET", conv_path(key, f"/messages/{seq(w)}/receipts")(w)
             ),
             expect,
+        ),
+        Case(
+            actor,
+            f"POST edit {label}",
+            lambda w: w.users[actor].request(
+                "POST", conv_path(key, f"/messages/{seq(w)}/edit")(w), json=EDIT_BODY
+            ),
+            expect,
+            then,
+        ),
+        Case(
+            actor,
+            f"PUT reaction {label}",
+            lambda w: w.users[actor].request(
+                "PUT", conv_path(key, f"/messages/{seq(w)}/reactions/{THUMBS}")(w)
+            ),
+            expect,
+            then,
+        ),
+        Case(
+            actor,
+            f"DELETE reaction {label}",
+            lambda w: w.users[actor].request(
+                "DELETE", conv_path(key, f"/messages/{seq(w)}/reactions/{THUMBS}")(w)
+            ),
+            expect,
+            then,
         ),
     ]
 
@@ -542,8 +571,19 @@ def ws_cells(actor: str, keys: list[str], code: str = "not_member") -> list[Case
                 ws_err(actor, _frame("typing", key)),
                 error_frame(code),
             ),
+            Case(
+                actor,
+                f"WS edit {label}",
+                ws_err(actor, _edit_frame(key, 1)),
+                error_frame(code),
+                unchanged_in(key),
+            ),
         ]
     return out
+
+
+def _edit_frame(key: str, seq: int) -> Callable[[World], dict[str, Any]]:
+    return lambda w: {**_frame("edit", key, seq)(w), "content": {"text": "edited"}}
 
 
 def accept_cell(actor: str, expect: tuple[int, str] = NOT_FOUND) -> Case:
@@ -917,6 +957,50 @@ def _cases() -> list[Case]:
             NOT_FOUND,
             unchanged_in("g"),
         ),
+        Case(
+            "K",
+            "POST edit own message in G",
+            lambda w: w.K.edit(w.g, w.k_own_seq, "after the kick"),
+            NOT_MEMBER,
+            unchanged_in("g"),
+        ),
+        Case(
+            "K",
+            "POST edit O's message in G",
+            lambda w: w.K.edit(w.g, w.o_msg_g, "not mine"),
+            FORBIDDEN,
+            unchanged_in("g"),
+        ),
+        Case(
+            "K",
+            "WS edit own message in G",
+            lambda w: ws_frame(
+                w, "K", {"type": "edit", "conv_id": w.g, "seq": w.k_own_seq, "content": {}}
+            ),
+            error_frame("not_member"),
+            unchanged_in("g"),
+        ),
+        Case(
+            "K",
+            "PUT reaction O's message in G (before the kick)",
+            lambda w: w.K.react(w.g, w.o_msg_g, "👍"),
+            NOT_MEMBER,
+            unchanged_in("g"),
+        ),
+        Case(
+            "K",
+            "DELETE reaction O's message in G (before the kick)",
+            lambda w: w.K.unreact(w.g, w.o_msg_g, "👍"),
+            NOT_MEMBER,
+            unchanged_in("g"),
+        ),
+        Case(
+            "K",
+            "PUT reaction message after kick",
+            lambda w: w.K.react(w.g, w.after_kick_seq, "👍"),
+            NOT_FOUND,
+            unchanged_in("g"),
+        ),
         Case("K", "GET history s:A:B", R("K", "GET", conv_path("ab", "/messages")), NOT_MEMBER),
         Case(
             "K",
@@ -1034,6 +1118,20 @@ def _cases() -> list[Case]:
             "R2",
             "POST recall own cleared message",
             lambda w: w.R2.recall(w.ar2, 2),
+            NOT_FOUND,
+            unchanged_in("ar2"),
+        ),
+        Case(
+            "R2",
+            "POST edit own cleared message",
+            lambda w: w.R2.edit(w.ar2, 2, "cleared"),
+            NOT_FOUND,
+            unchanged_in("ar2"),
+        ),
+        Case(
+            "R2",
+            "PUT reaction cleared message",
+            lambda w: w.R2.react(w.ar2, 1, "👍"),
             NOT_FOUND,
             unchanged_in("ar2"),
         ),
@@ -1223,6 +1321,20 @@ def _cases() -> list[Case]:
         ),
         Case(
             "B",
+            "POST edit O's message in G",
+            lambda w: w.B.edit(w.g, w.o_msg_g, "not mine"),
+            FORBIDDEN,
+            unchanged_in("g"),
+        ),
+        Case(
+            "B",
+            "POST edit A's message in s:A:B",
+            lambda w: w.B.edit(w.ab, w.a_msg_ab, "not mine"),
+            FORBIDDEN,
+            unchanged_in("ab"),
+        ),
+        Case(
+            "B",
             "POST accept P->A request",
             lambda w: w.B.accept_friend(w.req_id),
             NOT_FOUND,
@@ -1287,6 +1399,21 @@ def _cases() -> list[Case]:
         ("DELETE (hide) s:A:B", "DELETE", conv_path("ab"), None, None),
         ("POST recall s:A:B", "POST", conv_path("ab", "/messages/1/recall"), None, None),
         ("GET receipts s:A:B", "GET", conv_path("ab", "/messages/1/receipts"), None, None),
+        ("POST edit s:A:B", "POST", conv_path("ab", "/messages/1/edit"), EDIT_BODY, None),
+        (
+            "PUT reaction s:A:B",
+            "PUT",
+            conv_path("ab", f"/messages/1/reactions/{THUMBS}"),
+            None,
+            None,
+        ),
+        (
+            "DELETE reaction s:A:B",
+            "DELETE",
+            conv_path("ab", f"/messages/1/reactions/{THUMBS}"),
+            None,
+            None,
+        ),
         ("GET members G", "GET", lambda w: f"/v1/groups/{w.gid}/members", None, None),
         (
             "POST members G",
@@ -1349,6 +1476,8 @@ def _cases() -> list[Case]:
     ]
     thens: dict[str, Callable[[World], Awaitable[None]]] = {
         "POST send s:A:B": unchanged_in("ab"),
+        "POST edit s:A:B": unchanged_in("ab"),
+        "PUT reaction s:A:B": unchanged_in("ab"),
         "POST leave G": members_intact,
         "DELETE member G": members_intact,
         "POST accept request": request_still_pending,

@@ -852,6 +852,16 @@ DEVICE_SEGMENTS = st.one_of(
     .filter(lambda s: s not in ("", ".", "..", "current"))
     .map(lambda s: quote(s, safe="")),
 )
+# reaction emojis in a path: valid ones, over-long, blank, control characters, broken
+# encodings, and whatever text (URL-encoded)
+EMOJI_SEGMENTS = st.one_of(
+    st.sampled_from(
+        ["%F0%9F%91%8D", "x" * 33, "%20", "a%20b", "%00", "%ED%A0%80", "%FF", "%0A", "%2F", ""]
+    ),
+    _text(nul=True, max_size=40)
+    .filter(lambda s: s not in ("", ".", ".."))
+    .map(lambda s: quote(s.encode("utf-8", "surrogatepass"), safe="")),
+)
 QUERY_VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.sampled_from(
@@ -891,6 +901,7 @@ BODY_FIELDS: dict[str, list[str]] = {
     "add_members": ["user_ids", "with_history"],
     "role": ["role"],
     "send": ["client_msg_id", "content_type", "content"],
+    "edit": ["content"],
     "read": ["seq"],
     "password": ["old_password", "new_password"],
     "none": [],
@@ -918,6 +929,9 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("DELETE", "/v1/conversations/{conv}", "none", ()),
     ("POST", "/v1/conversations/{conv}/messages/{id}/recall", "none", ()),
     ("GET", "/v1/conversations/{conv}/messages/{id}/receipts", "none", ()),
+    ("POST", "/v1/conversations/{conv}/messages/{id}/edit", "edit", ()),
+    ("PUT", "/v1/conversations/{conv}/messages/{id}/reactions/{emoji}", "none", ()),
+    ("DELETE", "/v1/conversations/{conv}/messages/{id}/reactions/{emoji}", "none", ()),
     ("GET", "/v1/unread", "none", ("x", "since")),
     ("GET", "/v1/sync", "none", ("since", "wait", "limit", "recent")),
     ("GET", "/v1/sessions", "none", ()),
@@ -964,6 +978,7 @@ def rest_requests(draw: st.DrawFn) -> dict[str, Any]:
         ("{id2}", ID_SEGMENTS),
         ("{id}", ID_SEGMENTS),
         ("{dev}", DEVICE_SEGMENTS),
+        ("{emoji}", EMOJI_SEGMENTS),
     ):
         if key in path:
             path = path.replace(
@@ -974,7 +989,7 @@ def rest_requests(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()):
             params[k] = draw(WAIT_VALUES if k == "wait" else QUERY_VALUES)
     # message content must stay NUL-free on the shared server (see the module doc)
-    values = JUNK_SAFE if kind == "send" else JUNK_WILD
+    values = JUNK_SAFE if kind in ("send", "edit") else JUNK_WILD
     body_kind = draw(st.sampled_from(["object", "object", "object", "raw", "any", "none"]))
     body: Any
     if body_kind == "object":
@@ -1663,3 +1678,118 @@ async def test_recall_of_a_seq_never_handed_out_is_404_at_once(
         assert (e.value.status, e.value.code) == (404, "not_found")
         assert time.monotonic() - t0 < 0.5, (far, time.monotonic() - t0)
     assert (await alice.recall(conv, seq))["seq"] == seq
+
+
+# --------------------------------------------------------------------------------------
+# edits and reactions: bad frames, bodies and emoji paths are refused and change nothing
+
+
+BAD_EDIT_FRAMES: list[dict[str, Any]] = [
+    {"seq": True},
+    {"seq": False},
+    {"seq": -1},
+    {"seq": 1.0},
+    {"seq": "1"},
+    {"seq": None},
+    {"seq": 2**63},
+    {"seq": [1]},
+    {"content": "x"},
+    {"content": None},
+    {"content": []},
+    {"content": True},
+    {"conv_id": "s:2:1"},
+    {"conv_id": 5},
+    {"conv_id": None},
+]
+
+
+async def test_bad_edit_frames_are_refused_and_change_nothing(
+    pair: tuple[Client, Client, str],
+) -> None:
+    alice, _bob, conv = pair
+    seq = await send_ok(alice, conv, "as sent")
+    conn = await alice.connect()
+    try:
+        good = {"type": "edit", "conv_id": conv, "seq": seq, "content": {"text": "edited"}}
+        for bad in BAD_EDIT_FRAMES:
+            await conn.send_raw(orjson.dumps({**good, **bad}).decode())
+            ev = await conn.next_event("error", timeout=5)
+            assert ev["code"] == "bad_request" and ev["message"], (bad, ev)
+        for missing in ("conv_id", "seq", "content"):
+            frame = {k: v for k, v in good.items() if k != missing}
+            await conn.send_raw(orjson.dumps(frame).decode())
+            ev = await conn.next_event("error", timeout=5)
+            assert ev["code"] == "bad_request" and missing in ev["message"], (missing, ev)
+        for content, code in (({"text": ""}, "bad_request"), ({"text": "x" * 20_000}, "too_large")):
+            err = await conn.edit(conv, seq, content)
+            assert err["type"] == "error" and err["code"] == code, err
+        await conn.ping(timeout=5)
+        assert not conn.closed.is_set()
+    finally:
+        await conn.close()
+    page = await alice.history(conv)
+    assert page["max_seq"] == seq, page
+    assert page["messages"][-1]["content"] == {"text": "as sent"}
+    assert page["messages"][-1]["edited_at"] is None
+
+
+def _bad_reaction_paths(conv: str, seq: int) -> list[tuple[str, set[int]]]:
+    base = f"/v1/conversations/{conv}/messages"
+    out: list[tuple[str, set[int]]] = []
+    for emoji in (
+        "x" * 33,
+        "%20",
+        "a%20b",
+        "%09",
+        "%0A",
+        "%00",
+        "%7F",
+        "%E2%80%A8",
+        "%E3%80%80",
+        "%ED%A0%80",  # a surrogate
+        "%FF%FE",  # not UTF-8
+        "%EF%BF%BD",  # U+FFFD itself
+    ):
+        out.append((f"{base}/{seq}/reactions/{emoji}", {400}))
+    out.append((f"{base}/{seq}/reactions/", {400, 404, 405}))
+    for bad_seq in ("true", "-1", "1.0", "0x1", "99999999999999999999", "%F0%9F%91%8D"):
+        out.append((f"{base}/{bad_seq}/reactions/%F0%9F%91%8D", {400, 404}))
+    return out
+
+
+async def test_bad_reactions_and_edit_bodies_are_4xx_and_change_nothing(
+    pair: tuple[Client, Client, str],
+) -> None:
+    alice, bob, conv = pair
+    seq = await send_ok(alice, conv, "react here")
+    for path, statuses in _bad_reaction_paths(conv, seq):
+        for method in ("PUT", "DELETE"):
+            resp = await rest(alice.base_url, method, path, token=bob.token)
+            assert resp.status_code in statuses, (method, path, resp.status_code, resp.text)
+            check_error_body(resp, (method, path))
+    edit = f"/v1/conversations/{conv}/messages/{seq}/edit"
+    for body in (
+        b'{"content": "x"}',
+        b'{"content": null}',
+        b'{"content": [1]}',
+        b'{"content": true}',
+        b'{"content": {"text": true}}',
+        b'{"content": {"text": ""}}',
+        b'{"content": {"text": NaN}}',
+        b"{}",
+        b"[]",
+        b"null",
+    ):
+        resp = await rest(alice.base_url, "POST", edit, token=alice.token, body=body)
+        assert resp.status_code in (400, 422), (body, resp.status_code, resp.text)
+        check_error_body(resp, body)
+    for bad_seq in ("true", "-1", "0", "1.5", "99999999999999999999"):
+        path = f"/v1/conversations/{conv}/messages/{bad_seq}/edit"
+        resp = await rest(alice.base_url, "POST", path, token=alice.token, body=b'{"content":{}}')
+        assert resp.status_code in (400, 404), (bad_seq, resp.status_code, resp.text)
+        check_error_body(resp, path)
+    page = await alice.history(conv)
+    assert page["max_seq"] == seq, page  # no notice of any kind
+    last = page["messages"][-1]
+    assert last["content"] == {"text": "react here"} and last["edited_at"] is None, last
+    assert last["reactions"] == [], last

@@ -33,6 +33,7 @@ CLIENT_GOOD = [
     {"type": "delivered", "conv_id": "s:1:2", "seq": 0},
     {"type": "typing", "conv_id": "g:7"},
     {"type": "ping"},
+    {"type": "edit", "conv_id": "g:7", "seq": 14, "content": {"text": "fixed"}},
 ]
 SERVER_GOOD = [
     {
@@ -65,8 +66,30 @@ SERVER_GOOD = [
             "mentions": [3, 4],
             "mention_all": False,
             "reply_to": 12,
+            "edited_at": None,
+            "reactions": [],
         },
     },
+    {
+        "type": "message",
+        "message": {
+            "conv_id": "g:7",
+            "seq": 15,
+            "sender_id": 2,
+            "client_msg_id": "b-10",
+            "content_type": "text",
+            "content": {"text": "fixed"},
+            "server_time": 1764412345678,
+            "recalled": False,
+            "mentions": [],
+            "mention_all": False,
+            "reply_to": None,
+            "edited_at": 1764412349999,
+            "reactions": [{"emoji": "👍", "count": 2, "mine": True}],
+        },
+    },
+    {"type": "edited", "conv_id": "g:7", "seq": 15, "edit_seq": 16, "edited_at": 1764412349999},
+    {"type": "edited", "conv_id": "g:7", "seq": 15, "edit_seq": None, "edited_at": None},
     {"type": "read", "conv_id": "s:1:2", "user_id": 1, "seq": 183},
     {"type": "delivered", "conv_id": "s:1:2", "user_id": 1, "seq": 183},
     {"type": "receipt", "conv_id": "g:7", "seq": 14, "read_count": 2},
@@ -92,6 +115,10 @@ BAD = [
     {"type": "ack", "client_msg_id": "a", "ok": False, "code": "x"},
     {"type": "receipt", "conv_id": "g:7", "seq": 14, "read_count": 2, "extra": 1},
     {"type": "message", "message": {"conv_id": "g:7", "seq": 14}},
+    {"type": "edit", "conv_id": "g:7", "seq": True, "content": {"text": "x"}},
+    {"type": "edit", "conv_id": "g:7", "seq": 1, "content": "x"},
+    {"type": "edit", "conv_id": "g:7", "content": {"text": "x"}},
+    {"type": "edited", "conv_id": "g:7", "seq": 15, "edit_seq": 16},
     {"type": "error", "code": "bad_request"},
     {"type": "presence", "user_id": 3, "online": None, "last_seen": None},  # pushed: a bool
     {"type": "presence", "user_id": 3, "online": True},  # last_seen is always there
@@ -187,8 +214,9 @@ async def test_every_kind_of_server_frame_of_a_real_session_passes(url: str) -> 
         await a.next_event("delivered")
         await b.read(group, ack["seq"])  # a receipt for alice, about a second later
         await a.next_event("receipt", timeout=10)
+        assert (await a.edit(group, ack["seq"], "edited"))["type"] == "edited"  # edited
         expected = {"ack", "message", "read", "delivered", "typing", "receipt", "error", "pong"}
-        expected.add("presence")
+        expected |= {"presence", "edited"}
         assert expected <= kinds, expected - kinds
     finally:
         Connection.frame_hooks.remove(seen)

@@ -29,6 +29,8 @@ def msg(seq: int, conv: str = C) -> dict[str, Any]:
         "content": {"text": str(seq)},
         "server_time": 0,
         "recalled": False,
+        "edited_at": None,
+        "reactions": [],
     }
 
 

@@ -27,6 +27,7 @@ from im_server.protocol.server_frames import (
     SERVER_FRAME,
     ack,
     cursor_push,
+    edited,
     encode,
     error_frame,
     message_frame,
@@ -197,6 +198,8 @@ def server_frames() -> list[Any]:
         presence_push(3, True, None),
         presence_push(3, False, 1764412345678),
         error_frame(ImError("bad_request", "unknown frame type 'subscribe'")),
+        edited("g:7", 14, 15, 1764412345678),
+        edited("g:7", 14, None, None),
     ]
 
 
@@ -257,6 +260,9 @@ def test_spliced_message_frame_equals_the_models_json(content: dict[str, Any]) -
     assert spliced == encode(model)
     assert SERVER_FRAME.validate_json(spliced) == model
     assert SERVER_FRAME.dump_json(model).decode() == spliced
+    # a new message is pushed never edited and without reactions
+    assert model["message"]["edited_at"] is None and model["message"]["reactions"] == []
+    assert spliced.endswith(',"reply_to":null,"edited_at":null,"reactions":[]}}')
 
 
 EXTRAS: list[dict[str, Any]] = [

@@ -73,6 +73,8 @@ MESSAGE = {
     "mentions": [],
     "mention_all": False,
     "reply_to": None,
+    "edited_at": None,
+    "reactions": [],
 }
 
 
@@ -83,7 +85,7 @@ def test_response_models_are_exact() -> None:
     with pytest.raises(ValidationError):
         HistoryPage.model_validate({**page, "next": 6})
     with pytest.raises(ValidationError):
-        HistoryPage.model_validate({**page, "messages": [{**MESSAGE, "edited_at": 1}]})
+        HistoryPage.model_validate({**page, "messages": [{**MESSAGE, "pinned": True}]})
     state = {
         "conv_id": "s:1:2",
         "type": "single",

@@ -10,10 +10,11 @@ import pytest
 
 from im_server.errors import ImError
 from im_server.protocol.close_codes import CloseCode
-from im_server.protocol.server_frames import SERVER_FRAME, ack
+from im_server.protocol.server_frames import SERVER_FRAME, ack, edited
 from im_server.protocol.session import (
     Close,
     CursorCmd,
+    EditCmd,
     Reply,
     SendCmd,
     Session,
@@ -53,6 +54,40 @@ def test_send_becomes_a_send_command(session: Session) -> None:
 def test_cursor_reports(session: Session, kind: str) -> None:
     cmd = session.receive(frame(type=kind, conv_id="g:7", seq=2**63 + 5))
     assert cmd == CursorCmd(kind, conv_ref("g:7"), 2**63 - 1)  # type: ignore[arg-type]
+
+
+def test_edit_becomes_an_edit_command(session: Session) -> None:
+    cmd = session.receive(frame(type="edit", conv_id="g:7", seq=3, content={"text": "fixed"}))
+    assert cmd == EditCmd(conv_ref("g:7"), 3, {"text": "fixed"})
+    answer_ = json.loads(session.edited(edited("g:7", 3, 9, 1764412345678)))
+    assert SERVER_FRAME.validate_python(answer_) == answer_
+    assert answer_ == {
+        "type": "edited",
+        "conv_id": "g:7",
+        "seq": 3,
+        "edit_seq": 9,
+        "edited_at": 1764412345678,
+    }
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"conv_id": "g:7", "seq": True, "content": {"text": "x"}}, "seq must be"),
+        ({"conv_id": "g:7", "seq": -1, "content": {"text": "x"}}, "seq must be"),
+        ({"conv_id": "g:7", "seq": 2**63, "content": {"text": "x"}}, "seq must be"),
+        ({"conv_id": "g:7", "seq": "3", "content": {"text": "x"}}, "seq must be"),
+        ({"conv_id": "g:7", "seq": 3, "content": "x"}, "content must be a JSON object"),
+        ({"conv_id": "g:7", "seq": 3}, "content is required"),
+        ({"conv_id": "s:2:1", "seq": 3, "content": {}}, "conv_id must be"),
+    ],
+)
+def test_a_bad_edit_is_answered_with_an_error(
+    session: Session, fields: dict[str, Any], says: str
+) -> None:
+    out = answer(session.receive(frame(type="edit", **fields)))
+    assert out["type"] == "error" and out["code"] == "bad_request", out
+    assert out["message"].startswith(says), out
 
 
 def test_typing(session: Session) -> None:
