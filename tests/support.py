@@ -9,7 +9,7 @@ import contextlib
 import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -91,6 +91,24 @@ def wait_nodes_linked(url1: str, url2: str, timeout: float = 15.0) -> None:
     a running event loop): the probe runs on a loop of its own, in a worker thread."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, nodes_see_each_other(url1, url2, timeout)).result()
+
+
+@contextlib.contextmanager
+def linked_servers(
+    env: dict[str, str], *names: str
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two ``im-server serve`` processes on the same stores, named ``names``, started and
+    known to each other (a push crosses both ways) before the block runs; stopped after."""
+    s1 = ServerProcess(env={**env, "IM_NODE_NAME": names[0]}).start()
+    s2: ServerProcess | None = None
+    try:
+        s2 = ServerProcess(env={**env, "IM_NODE_NAME": names[1]}).start()
+        wait_nodes_linked(s1.url, s2.url)
+        yield s1, s2
+    finally:
+        s1.terminate()
+        if s2 is not None:
+            s2.terminate()
 
 
 @contextlib.asynccontextmanager

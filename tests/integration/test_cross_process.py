@@ -16,8 +16,8 @@ from tests.support import (
     ServerProcess,
     Stores,
     befriend,
+    linked_servers,
     new_user,
-    wait_nodes_linked,
 )
 
 PUSH_TIMEOUT = 3.0
@@ -29,16 +29,8 @@ def two_servers(
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     logs = tmp_path_factory.mktemp("xlogs")
     env = {**stores.env(), "IM_TEST_LOG_DIR": str(logs)}
-    s1 = ServerProcess(env={**env, "IM_NODE_NAME": "xnode-1"}).start()
-    s2: ServerProcess | None = None
-    try:
-        s2 = ServerProcess(env={**env, "IM_NODE_NAME": "xnode-2"}).start()
-        wait_nodes_linked(s1.url, s2.url)
-        yield s1, s2
-    finally:
-        s1.terminate()
-        if s2 is not None:
-            s2.terminate()
+    with linked_servers(env, "xnode-1", "xnode-2") as pair:
+        yield pair
 
 
 async def login_on(url: str, client: Client, device_id: str) -> Client:

@@ -20,8 +20,8 @@ from tests.support import (
     Stores,
     befriend,
     eventually,
+    linked_servers,
     new_user,
-    wait_nodes_linked,
 )
 
 GRACE_S = 1.0
@@ -42,16 +42,8 @@ def nodes(
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     logs = tmp_path_factory.mktemp("plogs")
     env = {**stores.env(), **FAST, "IM_TEST_LOG_DIR": str(logs)}
-    s1 = ServerProcess(env={**env, "IM_NODE_NAME": "pnode-1"}).start()
-    s2: ServerProcess | None = None
-    try:
-        s2 = ServerProcess(env={**env, "IM_NODE_NAME": "pnode-2"}).start()
-        wait_nodes_linked(s1.url, s2.url)
-        yield s1, s2
-    finally:
-        s1.terminate()
-        if s2 is not None:
-            s2.terminate()
+    with linked_servers(env, "pnode-1", "pnode-2") as pair:
+        yield pair
 
 
 def about(user: Client, online: bool | None = None) -> Any:
