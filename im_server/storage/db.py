@@ -24,6 +24,9 @@ def create_engine(settings: Settings) -> AsyncEngine:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_overflow,
         pool_pre_ping=True,
+        # an error's text never carries its statement's parameters (token hashes,
+        # password hashes), so logging an exception cannot leak them
+        hide_parameters=True,
         pool_timeout=settings.store_timeout_seconds,
         connect_args={"timeout": settings.store_timeout_seconds, "command_timeout": 30},
     )

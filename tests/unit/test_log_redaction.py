@@ -104,3 +104,22 @@ def test_formatters_redact_messages_and_tracebacks(
         lines = [orjson.loads(line) for line in text.splitlines()]
         assert len(lines) == 3
         assert "RuntimeError" in lines[2]["exc"]
+
+
+def test_sql_errors_never_carry_their_parameters() -> None:
+    """A logged database error (``%r`` of the exception, e.g. the token re-check's) shows
+    the statement but not its bound values (token hashes, password hashes)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from im_server.config import load_settings
+    from im_server.storage.db import create_engine
+
+    engine = create_engine(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
+    assert engine.sync_engine.hide_parameters
+    err = DBAPIError(
+        "SELECT 1 FROM sessions WHERE token_hash = $1",
+        ("secret-token-hash",),
+        Exception("boom"),
+        hide_parameters=engine.sync_engine.hide_parameters,
+    )
+    assert "secret-token-hash" not in repr(err) and "secret-token-hash" not in str(err)
