@@ -26,29 +26,48 @@ def run_with_server(
     """Start PostgreSQL, Redis and `im-server serve` under a temp folder, run ``bench``,
     then stop them and remove the folder; on failure the server log's tail goes to stderr.
     ``env``: settings for the server (``IM_*``)."""
+    return run_with_stacks(prefix, {"": env or {}}, lambda stacks: bench(*stacks[""]), fsync=fsync)
+
+
+def run_with_stacks(
+    prefix: str,
+    envs: dict[str, dict[str, str]],
+    bench: Callable[[dict[str, tuple[Stores, ServerProcess]]], Coroutine[Any, Any, dict[str, Any]]],
+    *,
+    fsync: bool = False,
+) -> dict[str, Any]:
+    """Like :func:`run_with_server`, with one stack (stores and server) per name in
+    ``envs``, each with its own settings, for a benchmark that compares two settings in
+    the same run without one server's background work touching the other's stores."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    stores: Stores | None = None
-    server: ServerProcess | None = None
+    started: dict[str, tuple[Stores, ServerProcess]] = {}
+    stores: list[Stores] = []
+    servers: list[ServerProcess] = []
     try:
-        stores = Stores.start(tmp / "stores", fsync=fsync)
-        server = ServerProcess(
-            env={
-                **stores.env(),
-                "IM_LOG_LEVEL": "WARNING",
-                "IM_TEST_LOG_DIR": str(tmp),
-                **(env or {}),
-            }
-        ).start()
+        for i, (name, env) in enumerate(envs.items()):
+            st = Stores.start(tmp / f"stores{i}", fsync=fsync)
+            stores.append(st)
+            server = ServerProcess(
+                env={
+                    **st.env(),
+                    "IM_LOG_LEVEL": "WARNING",
+                    "IM_TEST_LOG_DIR": str(tmp),
+                    **env,
+                }
+            )
+            servers.append(server)
+            started[name] = (st, server.start())
         try:
-            return asyncio.run(bench(stores, server))
+            return asyncio.run(bench(started))
         except BaseException:
-            print(server.log_tail(30), file=sys.stderr)
+            for server in servers:
+                print(server.log_tail(30), file=sys.stderr)
             raise
     finally:
-        if server is not None:
+        for server in servers:
             server.terminate()
-        if stores is not None:
-            stores.stop()
+        for st in stores:
+            st.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

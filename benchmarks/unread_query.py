@@ -12,7 +12,10 @@ the same counts. Then ``EXPLAIN (ANALYZE, BUFFERS)`` of the captured statement (
 and generic plan) is written to ``docs/unread-query-explain.md``. The statement counts
 ``mention_unread`` too; "before" times the same statement without it (unread only, as it
 was before mentions), "no mention index" the full statement with ``messages_mentions``
-dropped (it is created again afterwards).
+dropped (it is created again afterwards). It also sums the badge (unread over the
+conversations U did not mute, mention_unread over those U muted: a window sum over the
+same rows); "without badge" times the counts alone. A seventh of U's conversations are
+muted, a tenth pinned.
 
 It starts its own PostgreSQL and Redis (embedded, temp folder, fsync OFF: only the bulk
 load writes, the measured part reads) and stops them at the end, also on error.
@@ -209,6 +212,13 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
         now,
     )
     load_s = time.monotonic() - t
+    await pg.execute(
+        "UPDATE conv_members SET muted = (i % 7 = 2), pinned = (i % 10 = 4) "
+        "FROM unnest($2::text[]) WITH ORDINALITY AS x(c, i) "
+        "WHERE conv_members.user_id = $1 AND conv_members.conv_id = x.c",
+        u,
+        mine,
+    )
     t = time.monotonic()
     await pg.execute("VACUUM ANALYZE")
     vacuum_s = time.monotonic() - t
@@ -256,19 +266,24 @@ def before_sql() -> str:
     )
 
 
-async def per_conversation(conn: AsyncConnection, u: int) -> list[tuple[str, int, int]]:
-    ids = (
+async def per_conversation(conn: AsyncConnection, u: int) -> tuple[list[tuple[str, int, int]], int]:
+    """(conv_id, unread, mention_unread) of each conversation with unread messages, and
+    the badge, the slow way (a statement per conversation)."""
+    ids = list(
         await conn.execute(
-            text("SELECT conv_id FROM conv_members WHERE user_id = :u ORDER BY conv_id"), {"u": u}
+            text("SELECT conv_id, muted FROM conv_members WHERE user_id = :u ORDER BY conv_id"),
+            {"u": u},
         )
-    ).scalars()
+    )
     q = text(per_conv_sql())
     out = []
-    for cid in list(ids):
+    badge = 0
+    for cid, muted in ids:
         n, k = (await conn.execute(q, {"u": u, "c": cid})).one()
         if n:
             out.append((str(cid), int(n), int(k)))
-    return out
+            badge += int(k) if muted else int(n)
+    return out, badge
 
 
 async def time_statement(conn: AsyncConnection, sql: str, u: int, runs: int) -> dict[str, float]:
@@ -288,8 +303,9 @@ async def time_statement(conn: AsyncConnection, sql: str, u: int, runs: int) -> 
 
 
 async def compare(stores: Stores, args: argparse.Namespace, u: int) -> dict[str, Any]:
-    """Before (unread only) against after (unread + mention_unread), interleaved in
-    blocks; then the full statement without the partial index."""
+    """Before (unread only) against after (unread + mention_unread) and the production
+    statement (with the badge), interleaved in blocks; then the full statement without
+    the partial index."""
     engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
     after_sql = (
         f"SELECT m.conv_id, {conv_store._UNREAD} AS unread, "
@@ -299,11 +315,13 @@ async def compare(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     runs = max(10, args.runs // 4)
     before: list[dict[str, float]] = []
     after: list[dict[str, float]] = []
+    badge: list[dict[str, float]] = []
     try:
         async with engine.connect() as conn:
             for _ in range(4):
                 before.append(await time_statement(conn, before_sql(), u, runs))
                 after.append(await time_statement(conn, after_sql, u, runs))
+                badge.append(await time_statement(conn, conv_store._UNREAD_COUNTS, u, runs))
             await conn.execute(text("DROP INDEX messages_mentions"))
             await conn.commit()
             no_index = await time_statement(conn, after_sql, u, runs)
@@ -324,6 +342,7 @@ async def compare(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     return {
         "before_unread_only": mid(before),
         "after_with_mention_unread": mid(after),
+        "with_badge": mid(badge),
         "after_without_mention_index": no_index,
         "runs_per_block": runs,
     }
@@ -334,24 +353,28 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     captured: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool):
-        if "AS mention_unread FROM conv_members" in statement and not captured:
+        if "AS mention_unread" in statement and "OVER ()" in statement and not captured:
             captured.append((statement, params))
 
     event.listen(engine.sync_engine, "before_cursor_execute", capture)
     try:
         async with engine.connect() as conn:
             for _ in range(args.warmup):
-                one = await conv_store.unread_counts(conn, u)
-                base = await per_conversation(conn, u)
-            if sorted(one) != sorted(base):
-                raise AssertionError(f"the two ways disagree: {one[:5]} vs {base[:5]}")
+                counted = await conv_store.unread(conn, u)
+                base, base_badge = await per_conversation(conn, u)
+            one = counted.rows
+            if sorted(one) != sorted(base) or counted.badge != base_badge:
+                raise AssertionError(
+                    f"the two ways disagree: {one[:5]} vs {base[:5]}, "
+                    f"badge {counted.badge} vs {base_badge}"
+                )
             single: list[float] = []
             per_user: list[float] = []
             block = max(1, args.runs // max(1, args.baseline_rounds))
             while len(single) < args.runs or len(per_user) < args.baseline_rounds:
                 for _ in range(min(block, args.runs - len(single))):
                     t = time.perf_counter()
-                    await conv_store.unread_counts(conn, u)
+                    await conv_store.unread(conn, u)
                     single.append(time.perf_counter() - t)
                 if len(per_user) < args.baseline_rounds:
                     t = time.perf_counter()
@@ -382,6 +405,7 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
         "unread_conversations": len(one),
         "unread_total": sum(n for _, n, _ in one),
         "mention_unread_total": sum(k for _, _, k in one),
+        "badge": counted.badge,
         "captured_sql": captured[0][0] if captured else None,
         "captured_params": list(captured[0][1]) if captured else None,
     }
@@ -666,6 +690,12 @@ def print_table(res: dict[str, Any]) -> None:
         f"{mt['after_with_mention_unread']['p99_ms']} ms, after without the index "
         f"{mt['after_without_mention_index']['p50_ms']}/"
         f"{mt['after_without_mention_index']['p99_ms']} ms"
+    )
+    console.print(
+        f"badge {t['badge']:,}: the production statement (counts + badge) p50/p99 "
+        f"{mt['with_badge']['p50_ms']}/{mt['with_badge']['p99_ms']} ms against the counts "
+        f"alone {mt['after_with_mention_unread']['p50_ms']}/"
+        f"{mt['after_with_mention_unread']['p99_ms']} ms"
     )
 
 

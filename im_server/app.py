@@ -26,8 +26,10 @@ from im_server.api import (
     ops,
     presence,
     protocol,
+    push,
     sync,
 )
+from im_server.api import uploads as uploads_api
 from im_server.api.parsing import validation_status
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
@@ -42,15 +44,18 @@ from im_server.health import Health
 from im_server.metrics import HTTP_HANDLER_ERRORS, STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
-from im_server.services import read, recovery, send
+from im_server.services import outbox, push_registrations, read, recovery, send, uploads
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import RateLimits
 from im_server.storage.db import create_engine
+from im_server.storage.objects import ObjectStore
 from im_server.storage.redis.store import RedisStore
 from im_server.workers.cursors import CursorBatcher
 from im_server.workers.periodic import Periodic, stop_all
 from im_server.workers.persister import Persister
+from im_server.workers.pusher import Pusher
 from im_server.workers.receipts import ReceiptPusher
+from im_server.workers.thumbnails import Thumbnailer
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
@@ -58,6 +63,7 @@ CLOSE_RESTART = CloseCode.RESTART
 EPOCH_CHECK_S = 1.0  # a Redis that lost its data is noticed within a second
 LONG_POLL_EXPIRY_S = 30.0
 STREAM_DEPTH_S = 5.0
+PUSH_PRUNE_S = 3600.0
 
 TAGS = [
     {"name": "accounts", "description": "Users, sessions (bearer tokens)."},
@@ -70,6 +76,7 @@ TAGS = [
     },
     {"name": "operations", "description": "Health, readiness, metrics."},
     {"name": "protocol", "description": "The WebSocket frames, as a JSON Schema."},
+    {"name": "push", "description": "Push registrations of my sessions (APNs, FCM)."},
 ]
 
 
@@ -91,6 +98,7 @@ def build_context(settings: Settings) -> Context:
         dedupe_checker=send.dedupe_checker(engine),
         health=Health(engine, redis),
         rate=RateLimits.from_settings(settings),
+        object_store=ObjectStore(settings) if settings.s3_endpoint else None,
         auth_cache=TTLCache(settings.auth_cache_seconds),
         members_cache=TTLCache(settings.members_cache_seconds),
     )
@@ -110,11 +118,23 @@ def periodic_jobs(
     async def watch_epoch() -> None:
         await recovery.watch_epoch(ctx)
 
+    async def sweep_outbox() -> None:
+        await outbox.sweep(ctx)
+
+    async def prune_push_registrations() -> None:
+        await push_registrations.prune_expired(ctx)
+
+    async def prune_uploads() -> None:
+        await uploads.prune_unsent(ctx)
+
     jobs = [
         Periodic("node-presence", PRESENCE_S, fanout.beat),
+        Periodic("notice-outbox", ctx.settings.outbox_sweep_seconds, sweep_outbox),
         Periodic("redis-epoch", EPOCH_CHECK_S, watch_epoch),
         Periodic("long-poll-expiry", LONG_POLL_EXPIRY_S, expire_long_polls),
         Periodic("stream-depth", STREAM_DEPTH_S, stream_depth),
+        Periodic("push-registration-expiry", PUSH_PRUNE_S, prune_push_registrations),
+        Periodic("upload-expiry", ctx.settings.upload_prune_seconds, prune_uploads),
     ]
     if presence is not None:
         s = ctx.settings
@@ -140,6 +160,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.gateway = ws.Gateway(ctx, hub, fanout, tracker)
         await fanout.start()
         await tracker.start()
+        if ctx.object_store is not None:
+            await ctx.object_store.start()
+            await uploads.ensure_bucket(ctx)
         jobs = periodic_jobs(ctx, fanout, tracker)
         for job in jobs:
             job.start()
@@ -156,6 +179,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         persister = Persister(ctx) if settings.run_persister else None
         if persister:
             await persister.start()
+        pusher = Pusher(ctx) if settings.push_enabled and settings.run_pusher else None
+        if pusher:
+            await pusher.start()
+        thumbnailer = Thumbnailer(ctx) if settings.run_thumbnailer else None
+        if thumbnailer:
+            await thumbnailer.start()
         metrics_listener = MetricsListener.for_settings(settings)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
@@ -172,12 +201,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await receipts.stop()
             if persister:
                 await persister.stop()
+            if pusher:
+                await pusher.stop()
+            if thumbnailer:
+                await thumbnailer.stop()
             await stop_all(jobs)
             await tracker.stop()
             await fanout.stop()
             if ctx.background:
                 await asyncio.wait(list(ctx.background), timeout=2.0)
             await ctx.redis.close()
+            if ctx.object_store is not None:
+                await ctx.object_store.close()
             await ctx.db.dispose()
 
     app = FastAPI(
@@ -241,6 +276,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sync.router,
         presence.router,
         protocol.router,
+        push.router,
+        uploads_api.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():

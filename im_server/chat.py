@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import mimetypes
+import re
+import shlex
 import sys
 import time
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from im_server.client import ApiError, Client, Device
+from im_server.client import ApiError, Client, ConnectionLost, Device, JsonObject
 
 HELP = """commands:
   /me                      who am I (give your user id to friends)
@@ -22,49 +32,305 @@ HELP = """commands:
   /requests                pending friend requests
   /accept <request_id>     accept a request
   /friends                 your friends
-  /list                    your conversations, with unread counts
+  /online                  which friends are online, or when they were last seen
+  /list                    your conversations, pinned first, with unread counts and the
+                           badge (@: you were mentioned)
   /open <conv_id|user_id>  chat in a conversation (a user id opens your single chat)
   /history [n]             the last n messages of the open conversation (default 20)
   /group <name> <ids...>   create a group with these members
+  /reply <seq> <text>      reply to message <seq> of the open conversation
+  /edit <seq> <text>       change the text of your message
+  /react <seq> <emoji>     react to a message (/unreact <seq> <emoji> takes it back)
   /recall <seq>            recall your message
+  /file <path> [caption]   send a file (a picture shows as one); quote a path with spaces
+  /save <seq> [folder]     save the picture or file of message <seq> (default: here)
+  /mute, /unmute           mute the open conversation (only mentions count toward the badge)
+  /pin, /unpin             keep the open conversation at the top of /list
   /quit                    leave
-anything else is sent to the open conversation"""
+anything else is sent to the open conversation; in a group, @<user_id> mentions a
+member and @all everyone (owners and admins only)"""
+
+NO_CONV = "open a conversation first: /open <conv_id|user_id>"
+
+# "@42" and "@all" as words of their own: not inside an address (a@42) nor "@allison"
+MENTION = re.compile(r"(?<![\w@])@(all|[0-9]{1,19})(?![\w@])")
+
+SNIPPET_CHARS = 60
+
+#: Types only the server makes; they quote as their type, never as text.
+NOTICE_TYPES = frozenset({"system", "recall", "edit", "reaction"})
+
+#: Pictures and files: the content names an upload (PROTOCOL.md, "Attachments").
+ATTACHMENTS = frozenset({"image", "file"})
+#: What the server takes as a picture; another file goes as a file.
+PICTURE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+#: The settings commands: the field each sets, and its value.
+SETTINGS: dict[str, tuple[str, bool]] = {
+    "/mute": ("muted", True),
+    "/unmute": ("muted", False),
+    "/pin": ("pinned", True),
+    "/unpin": ("pinned", False),
+}
+
+Show = Callable[[], Awaitable[None]]
+
+
+def parse_mentions(text: str) -> tuple[list[int], bool]:
+    """The user ids named by ``@<user_id>`` words (each once, in order) and whether
+    ``@all`` is there. The text itself is sent unchanged."""
+    ids: list[int] = []
+    everyone = False
+    for m in MENTION.finditer(text):
+        if m.group(1) == "all":
+            everyone = True
+        elif int(m.group(1)) not in ids:
+            ids.append(int(m.group(1)))
+    return ids, everyone
+
+
+def body(m: Mapping[str, Any]) -> str:
+    """What a message says, as one string: its text, a picture's or file's description,
+    or its type for other content."""
+    if m.get("recalled"):
+        return "(recalled)"
+    content = m.get("content")
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return str(content["text"])
+    if m.get("content_type") in ATTACHMENTS and isinstance(content, dict):
+        return attachment(str(m["content_type"]), content)
+    return f"({m.get('content_type', 'message')})"
+
+
+def attachment(kind: str, c: Mapping[str, Any]) -> str:
+    """``[picture name, 800×600, 1.2 MB] caption``: what an image or file message holds."""
+    parts = [str(c.get("name") or "unnamed")]
+    if isinstance(c.get("width"), int) and isinstance(c.get("height"), int):
+        parts.append(f"{c['width']}×{c['height']}")
+    if isinstance(c.get("size"), int):
+        parts.append(human_size(c["size"]))
+    label = "[" + ("picture " if kind == "image" else "file ") + ", ".join(parts) + "]"
+    caption = c.get("caption")
+    return f"{label} {caption}" if isinstance(caption, str) and caption else label
+
+
+def human_size(n: int) -> str:
+    """Bytes as people read them: ``512 B``, ``1.5 KB``, ``3.2 MB`` (powers of 1,000)."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def free_path(folder: Path, name: str) -> Path:
+    """Where to save ``name`` in ``folder`` without replacing a file there: the name as
+    the server gave it (no folders in it), else ``stem (1).ext``, ``stem (2).ext``..."""
+    safe = Path(name.replace("\\", "/")).name or "download"
+    if safe in (".", ".."):
+        safe = "download"
+    target = folder / safe
+    stem, suffix = Path(safe).stem, Path(safe).suffix
+    n = 1
+    while target.exists():
+        target = folder / f"{stem} ({n}){suffix}"
+        n += 1
+    return target
+
+
+def local_file(path: str) -> tuple[Path, int] | None:
+    """The file ``path`` names (``~`` expanded) and its size; None when it is none."""
+    file = Path(path).expanduser()
+    return (file, file.stat().st_size) if file.is_file() else None
+
+
+def save_new(folder: Path, name: str, data: bytes) -> Path:
+    """Write ``data`` as a new file in ``folder`` (made if missing); where it went."""
+    folder = folder.expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    while True:
+        target = free_path(folder, name)
+        try:
+            with target.open("xb") as f:  # never over a file that appeared meanwhile
+                f.write(data)
+            return target
+        except FileExistsError:
+            continue
+
+
+def split_path(rest: str) -> tuple[str, str]:
+    """``/file``'s arguments: a path (shell quoting for spaces) and the caption after it,
+    as typed. ``ValueError`` when there is no path."""
+    buf = io.StringIO(rest)
+    lex = shlex.shlex(buf, posix=True)
+    lex.whitespace_split = True
+    path = lex.get_token()
+    if not path:
+        raise ValueError("a path is needed")
+    return path, buf.read().strip()
+
+
+def snippet(text: str) -> str:
+    """One line of at most SNIPPET_CHARS characters, for a quote."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
+
+
+def list_line(state: Mapping[str, Any], label: str) -> str:
+    """One conversation of /list (markup-safe): ``@`` while mentions of me are unread,
+    then id, name, unread count, and the ``pinned`` / ``muted`` marks."""
+    mark = "@" if state.get("mention_unread") else " "
+    flags = "".join(f" [bold]{word}[/]" for word in ("pinned", "muted") if state.get(word))
+    name = escape(f"{label:<20}")  # padded first: an escape adds a character
+    return f"{mark} {escape(state['conv_id']):<22} {name} unread {state['unread']}{flags}"
+
+
+def clock(ms: int) -> str:
+    """A server time (ms) as local time: ``HH:MM`` today, with the date otherwise."""
+    t = time.localtime(ms / 1000)
+    if time.strftime("%Y-%m-%d", t) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M", t)
+    return time.strftime("%Y-%m-%d %H:%M", t)
 
 
 class Chat:
+    """The terminal client. Everything it prints about messages and presence goes through
+    one queue, shown in arrival order by :meth:`printer`: a reply's quote may need a
+    history fetch, and the lines after it must not overtake it."""
+
     def __init__(self, client: Client, console: Console) -> None:
         self.client = client
         self.console = console
         self.conv: str | None = None
         self.names: dict[int, str] = {}
         self.device = Device(client, on_message=self.on_message, queue_events=False)
+        self.queue: asyncio.Queue[Show] = asyncio.Queue()
 
     def name(self, user_id: int) -> str:
         return self.names.get(user_id, f"user {user_id}")
 
-    def on_message(self, m: dict[str, Any]) -> None:
-        when = time.strftime("%H:%M", time.localtime(m["server_time"] / 1000))
+    def who(self, user_id: int) -> str:
+        """A user as printed (markup-safe): ``me`` or the name."""
+        return "me" if user_id == self.client.user_id else escape(self.name(user_id))
+
+    # -- what arrives ----------------------------------------------------------------
+    def on_message(self, m: JsonObject) -> None:
+        """Device callback: show the message (in order) and read it if it is open."""
+        self.queue.put_nowait(partial(self.show, m))
+        self.mark_read(m)
+
+    def on_event(self, frame: JsonObject) -> None:
+        """Connection callback for frames other than messages (presence)."""
+        if frame.get("type") == "presence":
+            self.queue.put_nowait(partial(self.show_presence, frame))
+
+    def mark_read(self, m: Mapping[str, Any]) -> None:
         mine = m["sender_id"] == self.client.user_id
-        where = "" if m["conv_id"] == self.conv else f"[dim]{m['conv_id']}[/] "
-        if m["content_type"] == "system":
-            c = m["content"] or {}
-            self.console.print(
-                f"{where}[dim]{when} · {c.get('event', 'system')} {c.get('user_ids', '')}[/]"
-            )
-        elif m["content_type"] == "recall":
-            self.console.print(
-                f"{where}[dim]{when} · message {m['content'].get('seq')} was recalled[/]"
-            )
-        else:
-            text = (
-                (m["content"] or {}).get("text", m["content"])
-                if not m["recalled"]
-                else "(recalled)"
-            )
-            who = "[bold green]me[/]" if mine else f"[bold cyan]{self.name(m['sender_id'])}[/]"
-            self.console.print(f"{where}[dim]{when} #{m['seq']}[/] {who}: {text}")
         if not mine and m["conv_id"] == self.conv and self.device.conn is not None:
             asyncio.get_running_loop().create_task(self.device.conn.read(m["conv_id"], m["seq"]))
+
+    async def printer(self) -> None:
+        while True:
+            show = await self.queue.get()
+            try:
+                await show()
+            except Exception as e:  # noqa: BLE001 - one bad message must not stop the display
+                self.console.print(f"[red]could not show a message: {escape(repr(e))}[/]")
+            finally:
+                self.queue.task_done()
+
+    async def show(
+        self, m: Mapping[str, Any], seen: Mapping[int, JsonObject] | None = None
+    ) -> None:
+        """Print one message; ``seen``: other messages of its conversation at hand (a
+        history page), for its quote."""
+        when = time.strftime("%H:%M", time.localtime(m["server_time"] / 1000))
+        mine = m["sender_id"] == self.client.user_id
+        where = "" if m["conv_id"] == self.conv else f"[dim]{escape(m['conv_id'])}[/] "
+        kind = m["content_type"]
+        c = m["content"] if isinstance(m["content"], dict) else {}
+        if kind == "system":
+            self.console.print(
+                f"{where}[dim]{when} · {escape(str(c.get('event', 'system')))} "
+                f"{escape(str(c.get('user_ids', '')))}[/]"
+            )
+        elif kind == "recall":
+            self.console.print(f"{where}[dim]{when} · message {c.get('seq')} was recalled[/]")
+        elif kind == "edit":
+            new = body({"content": c.get("content"), "content_type": "edit"})
+            self.console.print(f"{where}[dim]{when} ·[/] #{c.get('seq')} edited: {escape(new)}")
+        elif kind == "reaction":
+            emoji = escape(str(c.get("emoji")))
+            did = f"reacted {emoji} to" if c.get("op") == "add" else f"removed {emoji} from"
+            user = self.who(int(c.get("user_id") or m["sender_id"]))
+            self.console.print(f"{where}[dim]{when} ·[/] {user} {did} #{c.get('seq')}")
+        else:
+            if m.get("reply_to") is not None:
+                quote = await self.quote(m["conv_id"], int(m["reply_to"]), seen or {})
+                self.console.print(f"{where}[dim]  ↪ #{m['reply_to']} {quote}[/]")
+            who = "[bold green]me[/]" if mine else f"[bold cyan]{self.who(m['sender_id'])}[/]"
+            text = escape(body(m))
+            tail = "".join(
+                f" {escape(str(r.get('emoji')))}{r.get('count')}"
+                for r in m.get("reactions") or []
+                if isinstance(r, dict)
+            )
+            if m.get("edited_at") and not m.get("recalled"):
+                tail += " [dim](edited)[/]"
+            me = self.client.user_id
+            if not mine and (m.get("mention_all") or me in (m.get("mentions") or [])):
+                self.console.print(
+                    f"{where}[dim]{when} #{m['seq']}[/] [reverse bold yellow]@me[/] "
+                    f"{who}: [bold yellow]{text}[/]{tail}"
+                )
+            else:
+                self.console.print(f"{where}[dim]{when} #{m['seq']}[/] {who}: {text}{tail}")
+
+    async def quote(self, conv_id: str, seq: int, seen: Mapping[int, JsonObject]) -> str:
+        """``<sender>: <snippet>`` of a replied-to message: one this client holds, else a
+        one-seq history fetch; "message unavailable" when I cannot see it."""
+        orig: Mapping[str, Any] | None = self.device.messages.get(conv_id, {}).get(seq)
+        if orig is None:
+            orig = seen.get(seq)
+        if orig is None:
+            try:
+                page = await self.client.history(conv_id, begin=seq, end=seq, limit=1)
+            except ApiError:  # not a member any more, or no such conversation
+                page = {}
+            orig = next((x for x in page.get("messages") or [] if x.get("seq") == seq), None)
+        if orig is None:
+            return "message unavailable"
+        return f"{self.who(int(orig['sender_id']))}: {escape(snippet(body(orig)))}"
+
+    async def show_presence(self, frame: Mapping[str, Any]) -> None:
+        user = self.who(int(frame.get("user_id") or 0))
+        now = time.strftime("%H:%M")
+        said = "is online" if frame.get("online") else "went offline"
+        self.console.print(f"[dim]{now} ·[/] {user} {said}")
+
+    # -- what is typed ---------------------------------------------------------------
+    async def send(self, text: str, reply_to: int | None = None) -> None:
+        """Send text to the open conversation; ``@`` words become mentions in a group
+        (a single chat takes none: the server would refuse the send)."""
+        if self.conv is None:
+            self.console.print(NO_CONV)
+            return
+        if self.device.conn is None:
+            return
+        mentions, everyone = parse_mentions(text) if self.conv.startswith("g:") else ([], False)
+        ack = await self.device.conn.send(
+            self.conv,
+            text,
+            mentions=mentions or None,
+            mention_all=everyone,
+            reply_to=reply_to,
+        )
+        if not ack.get("ok"):
+            self.console.print(
+                f"[red]not sent: {escape(str(ack.get('code')))} "
+                f"{escape(str(ack.get('message')))}[/]"
+            )
 
     async def command(self, line: str) -> bool:
         parts = line.split()
@@ -87,18 +353,18 @@ class Chat:
         elif cmd == "/friends":
             for f in await c.friends():
                 self.names[f["user_id"]] = f["username"]
-                self.console.print(f"{f['user_id']:>6}  {f['username']:<20} {f['conv_id']}")
+                self.console.print(f"{f['user_id']:>6}  {escape(f['username']):<20} {f['conv_id']}")
+        elif cmd == "/online":
+            await self.online()
         elif cmd == "/list":
-            for s in await c.conversations():
-                label = s.get("name") or self.name(s.get("peer_id") or 0)
-                self.console.print(f"{s['conv_id']:<22} {label:<20} unread {s['unread']}")
+            await self.show_list()
         elif cmd == "/open" and args:
             target = args[0]
             if target.isdigit():
                 a, b = sorted((int(target), c.user_id or 0))
                 target = f"s:{a}:{b}"
             self.conv = target
-            self.console.print(f"[bold]now in {target}[/]")
+            self.console.print(f"[bold]now in {escape(target)}[/]")
             await self.show_history(10)
         elif cmd == "/history":
             await self.show_history(int(args[0]) if args else 20)
@@ -106,26 +372,167 @@ class Chat:
             g = await c.create_group(args[0], [int(x) for x in args[1:]])
             self.conv = g["conv_id"]
             self.console.print(f"[bold]created {g['conv_id']}[/]")
+        elif cmd in ("/recall", "/reply", "/edit", "/react", "/unreact", "/file", "/save") and (
+            self.conv is None
+        ):
+            self.console.print(NO_CONV)
+        elif cmd in SETTINGS and not args:
+            await self.setting(cmd)
         elif cmd == "/recall" and args and self.conv:
             self.console.print(await c.recall(self.conv, int(args[0])))
+        elif cmd in ("/reply", "/edit") and len(words := line.split(maxsplit=2)) == 3:
+            seq, text = int(words[1]), words[2]
+            if cmd == "/reply":
+                await self.send(text, reply_to=seq)
+            elif self.conv is not None:  # the edit notice shows the change
+                ans = await c.edit(self.conv, seq, text)
+                if ans.get("edit_seq") is None:  # never edited, and the same text: no notice
+                    self.console.print(f"[dim]#{seq} unchanged[/]")
+        elif cmd == "/file" and args:
+            await self.send_file(*split_path(line[len(cmd) :]))
+        elif cmd == "/save" and 1 <= len(args) <= 2:
+            await self.save(int(args[0]), Path(args[1] if len(args) == 2 else "."))
+        elif cmd in ("/react", "/unreact") and len(args) == 2 and self.conv is not None:
+            seq = int(args[0])  # the reaction notice shows the change
+            if cmd == "/react":
+                await c.react(self.conv, seq, args[1])
+            else:
+                await c.unreact(self.conv, seq, args[1])
         else:
-            self.console.print(HELP)
+            self.console.print(escape(HELP))
         return True
+
+    async def send_file(self, path: str, caption: str) -> None:
+        """Upload a file straight to the object store (with a progress bar) and send it
+        to the open conversation: as a picture when its type is one, else as a file."""
+        if self.conv is None or self.device.conn is None:
+            return
+        found = await asyncio.to_thread(local_file, path)
+        if found is None:
+            self.console.print(f"[red]no such file: {escape(path)}[/]")
+            return
+        file, size = found
+        mime = (mimetypes.guess_type(file.name)[0] or "application/octet-stream").lower()
+        with Progress(
+            "[dim]{task.description}[/]",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,  # a pipe gets the outcome, not the bar
+        ) as bar:
+            task = bar.add_task(escape(file.name), total=size)
+            upload_id = await self.client.upload_file(
+                file, mime, on_progress=lambda sent, _: bar.update(task, completed=sent)
+            )
+        content: dict[str, Any] = {"upload_id": upload_id}
+        if caption:
+            content["caption"] = caption
+        kind = "image" if mime in PICTURE_TYPES else "file"
+        ack = await self.device.conn.send(self.conv, content, kind)
+        if not ack.get("ok") and kind == "image" and ack.get("code") == "bad_request":
+            # named like a picture but not one the server can read: it still goes as a file
+            kind = "file"
+            ack = await self.device.conn.send(self.conv, content, kind)
+        if not ack.get("ok"):
+            self.console.print(
+                f"[red]not sent: {escape(str(ack.get('code')))} "
+                f"{escape(str(ack.get('message')))}[/]"
+            )
+            return
+        # the ack is all this device hears of its own send: say what went
+        what = attachment(kind, {"name": file.name, "size": size, "caption": caption})
+        self.console.print(f"[dim]#{ack.get('seq')} sent:[/] {escape(what)}")
+
+    async def save(self, seq: int, folder: Path) -> None:
+        """Download the picture or file of message ``seq`` of the open conversation into
+        ``folder``, under the name it was sent with (never replacing a file)."""
+        if self.conv is None:
+            return
+        m: Mapping[str, Any] | None = self.device.messages.get(self.conv, {}).get(seq)
+        if m is None:
+            page = await self.client.history(self.conv, begin=seq, end=seq, limit=1)
+            m = next((x for x in page.get("messages") or [] if x.get("seq") == seq), None)
+        c = m.get("content") if m is not None else None
+        if m is not None and m.get("recalled"):
+            self.console.print(f"[red]#{seq} was recalled[/]")
+            return
+        if m is None or m.get("content_type") not in ATTACHMENTS or not isinstance(c, dict):
+            self.console.print(f"[red]#{seq} is no picture or file here[/]")
+            return
+        data = await self.client.download(str(c["upload_id"]))
+        target = await asyncio.to_thread(save_new, folder, str(c.get("name") or ""), data)
+        self.console.print(f"[dim]#{seq} saved to[/] {escape(str(target))}")
+
+    async def setting(self, cmd: str) -> None:
+        """/mute, /unmute, /pin, /unpin on the open conversation; the confirmation says
+        what the server answered."""
+        if self.conv is None:
+            self.console.print(NO_CONV)
+            return
+        field, value = SETTINGS[cmd]
+        ans = await self.client.conversation_settings(self.conv, **{field: value})
+        word = field if ans.get(field) else "un" + field
+        self.console.print(f"[dim]{escape(self.conv)} {word}[/]")
+
+    async def show_list(self) -> None:
+        """My conversations in the server's order (pinned first), under a header with
+        the badge: unread counts of those not muted, plus mentions in muted ones."""
+        states, unread = await self.client.conversations(), await self.client.unread()
+        header = f"[bold]conversations · badge {unread['badge']}[/]"
+        if unread["total"] != unread["badge"]:
+            header += f" [dim]({unread['total']} unread, muted ones included)[/]"
+        self.console.print(header)
+        for s in states:
+            self.console.print(list_line(s, s.get("name") or self.name(s.get("peer_id") or 0)))
+
+    async def online(self) -> None:
+        """Each friend: online, last seen when, or hidden (they removed me, a block)."""
+        friends = await self.client.friends()
+        for f in friends:
+            self.names[f["user_id"]] = f["username"]
+        if not friends:
+            self.console.print("no friends yet: /add <user_id>")
+        ids = [int(f["user_id"]) for f in friends]
+        for i in range(0, len(ids), 200):  # the server takes 200 ids a call
+            for p in await self.client.presence(ids[i : i + 200]):
+                if p.get("online"):
+                    state = "[green]online[/]"
+                elif p.get("online") is None:
+                    state = "[dim]presence not shown[/]"
+                elif p.get("last_seen"):
+                    state = f"last seen {clock(int(p['last_seen']))}"
+                else:
+                    state = "offline"
+                uid = int(p["user_id"])
+                self.console.print(f"{uid:>6}  {escape(self.name(uid)):<20} {state}")
 
     async def show_history(self, n: int) -> None:
         if not self.conv:
             return
         page = await self.client.history(self.conv, limit=n, order="desc")
-        for m in reversed(page["messages"]):
-            self.on_message(m)
+        msgs: list[JsonObject] = list(reversed(page["messages"]))
+        seen = {int(m["seq"]): m for m in msgs}
+        for m in msgs:
+            self.queue.put_nowait(partial(self.show, m, seen))
+        others = [m for m in msgs if m["sender_id"] != self.client.user_id]
+        if others:  # one read report covers the page
+            self.mark_read(others[-1])
+        await self.queue.join()
 
     async def run(self) -> None:
-        await self.device.start()
-        for f in await self.client.friends():
+        for f in await self.client.friends():  # names first: the snapshot shows them
             self.names[f["user_id"]] = f["username"]
+        printer = asyncio.create_task(self.printer())
+        await self.device.start()
+        if self.device.conn is not None:  # after the sync: /online tells what came before
+            self.device.conn.on_event(self.on_event)
         me = await self.client.me()
+        await self.queue.join()
         self.console.print(
-            f"[bold]signed in as {me['username']} (user id {me['user_id']}).[/] /help for commands"
+            f"[bold]signed in as {escape(me['username'])} (user id {me['user_id']}).[/] "
+            "/help for commands"
         )
         loop = asyncio.get_running_loop()
         while True:
@@ -139,19 +546,16 @@ class Chat:
                 if line.startswith("/"):
                     if not await self.command(line):
                         break
-                elif self.conv is None:
-                    self.console.print("open a conversation first: /open <conv_id|user_id>")
-                elif self.device.conn is not None:
-                    ack = await self.device.conn.send(self.conv, line)
-                    if not ack.get("ok"):
-                        self.console.print(
-                            f"[red]not sent: {ack.get('code')} {ack.get('message')}[/]"
-                        )
+                else:
+                    await self.send(line)
             except ApiError as e:
-                self.console.print(f"[red]{e.status} {e.code}: {e.message}[/]")
+                self.console.print(f"[red]{e.status} {escape(e.code)}: {escape(e.message)}[/]")
             except (ValueError, IndexError):
-                self.console.print(HELP)
+                self.console.print(escape(HELP))
+            except (ConnectionLost, TimeoutError, httpx.HTTPError) as e:
+                self.console.print(f"[red]server unreachable: {escape(str(e))}[/]")
         await self.device.aclose()
+        printer.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(go())
     except ApiError as e:
-        console.print(f"[red]{e.status} {e.code}: {e.message}[/]")
+        console.print(f"[red]{e.status} {escape(e.code)}: {escape(e.message)}[/]")
         return 1
     except KeyboardInterrupt:
         pass

@@ -2,7 +2,8 @@
 
 ``serve`` with no IM_DATABASE_URL / IM_REDIS_URL starts a real PostgreSQL and Redis under
 the data folder (``./.im-data``), runs the migrations, and serves; with both URLs set it
-uses those servers and starts nothing."""
+uses those servers and starts nothing. The object store is apart: with no IM_S3_ENDPOINT
+it starts SeaweedFS under the same folder, with it set it uses that store."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
+
 from im_server import logs
 from im_server.config import Settings, load_settings
 
 if TYPE_CHECKING:
-    from im_server.runtime.embedded import EmbeddedPostgres, EmbeddedRedis
+    from im_server.runtime.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedS3
 
 log = logging.getLogger("im_server.cli")
 
@@ -42,6 +45,24 @@ def _start_embedded(
     os.environ["IM_DATABASE_URL"] = pg.url
     os.environ["IM_REDIS_URL"] = rd.url
     return settings.model_copy(update={"database_url": pg.url, "redis_url": rd.url}), pg, rd
+
+
+def _start_embedded_s3(settings: Settings, handles: list[object]) -> tuple[Settings, EmbeddedS3]:
+    """Start the embedded object store (with or without the other embedded stores) and
+    point the settings at it; it is stopped first, before Redis and PostgreSQL."""
+    from im_server.runtime.embedded import prepare_data_dir, start_s3
+
+    data = prepare_data_dir(settings.data_dir)
+    s3 = start_s3(data / "s3", external_url=settings.s3_public_endpoint)
+    handles.insert(0, s3)
+    os.environ.update(s3.env())
+    update = {
+        "s3_endpoint": s3.endpoint,
+        "s3_access_key": s3.access_key,
+        "s3_secret_key": SecretStr(s3.secret_key),
+        "s3_region": s3.region,
+    }
+    return settings.model_copy(update=update), s3
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -80,8 +101,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             settings, pg, rd = _start_embedded(settings, handles)
             data_note = (
                 f"data in {settings.data_dir.resolve()} "
-                f"(embedded PostgreSQL {pg.display_url}, Redis {rd.display_url})"
+                f"(embedded PostgreSQL {pg.display_url}, Valkey {rd.display_url})"
             )
+        if settings.embedded_s3:
+            settings, s3 = _start_embedded_s3(settings, handles)
+            data_note += f"; embedded S3 {s3.endpoint} in {settings.data_dir.resolve() / 's3'}"
+        else:
+            data_note += f"; S3 at {settings.s3_endpoint}"
         from im_server.storage.db import run_migrations
 
         assert settings.database_url
@@ -101,9 +127,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
         # store URLs may hold passwords: masked before they reach the logging system
         log.info(
-            "PostgreSQL %s, Redis %s",
+            "PostgreSQL %s, Redis %s, S3 %s bucket %s",
             logs.redact(settings.database_url or ""),
             logs.redact(settings.redis_url or ""),
+            logs.redact(settings.s3_endpoint or ""),
+            settings.s3_bucket,
         )
         config = uvicorn.Config(
             with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
@@ -182,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser(
-        "serve", help="run the server (embedded PostgreSQL and Redis unless IM_*_URL are set)"
+        "serve",
+        help="run the server (embedded PostgreSQL, Redis and S3 unless IM_*_URL and "
+        "IM_S3_ENDPOINT are set)",
     )
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)

@@ -100,6 +100,44 @@ class Settings(BaseSettings):
     # every open WebSocket's token is re-checked this often, so a revocation whose
     # cross-process notice was lost still closes the socket
     token_recheck_seconds: float = 60.0
+    # push registrations (one per session) a user may hold; one more is 409 conflict
+    push_registrations_max: int = 20
+    # the pusher (docs/push.md): with a gateway URL (the Matrix push-gateway API, e.g.
+    # Sygnal; a URL without a path gets /_matrix/push/v1/notify), new messages and badge
+    # changes are pushed to registered devices with no open connection
+    push_gateway_url: SecretStr | None = None
+    run_pusher: bool = True
+    # False: pushes carry no content and no sender name (the phone shows a generic text)
+    push_include_content: bool = True
+    # messages (and badge rows) claimed per round, and gateway calls in flight at once
+    push_batch: int = 200
+    push_concurrency: int = 16
+    push_timeout_seconds: float = 10.0
+    # a failing gateway is retried after 0.5 s, doubling up to this
+    push_backoff_max_seconds: float = 30.0
+    # how often a pusher looks for work another process stored (its own persister wakes
+    # it at once), and how long a claimed row stays its own before another may take it
+    push_poll_seconds: float = 0.5
+    push_lease_seconds: float = 60.0
+    # rounds start at most this often: each costs a few statements whatever it carries,
+    # so under load a round takes what came in meanwhile instead of a batch at a time
+    push_round_interval_seconds: float = 0.1
+    # a burst of reads gives one badge-only push, this long after the first read
+    push_badge_coalesce_seconds: float = 1.0
+    # uploads (docs/attachments.md): the largest upload, how long its presigned PUT and a
+    # download URL stay valid, and when an upload no message carries is deleted
+    upload_max_bytes: int = 100 * 1024 * 1024
+    upload_url_seconds: int = 900
+    download_url_seconds: int = 300
+    upload_unsent_hours: float = 24.0
+    upload_prune_seconds: float = 600.0
+    # pictures: more pixels than this are refused (a decompression bomb); thumbnails are
+    # made of pictures up to `thumbnail_source_max_bytes`, by a worker in each process
+    image_max_pixels: int = 40_000_000
+    thumbnail_source_max_bytes: int = 32 * 1024 * 1024
+    run_thumbnailer: bool = True
+    thumbnail_poll_seconds: float = 1.0
+    thumbnail_lease_seconds: float = 60.0
     # failed logins: at most this many per username / per client address in the window,
     # then 429 rate_limited until the window passes
     login_fail_user_max: int = 10
@@ -135,23 +173,49 @@ class Settings(BaseSettings):
     presence_offline_grace_seconds: float = 5.0
     presence_last_seen_days: float = 90.0
 
+    # notices written with their change (reactions, membership) and sent after the
+    # commit; a notice still unsent `outbox_sweep_seconds` later (its process died, a
+    # store failed) is sent by the sweep of any process, which runs that often
+    outbox_sweep_seconds: float = 5.0
+
     # caches
     auth_cache_seconds: float = 30.0
     members_cache_seconds: float = 60.0
+
+    # the object store of attachments (S3 API). With no endpoint, `im-server serve` runs
+    # an embedded SeaweedFS under the data folder and fills endpoint and keys in itself;
+    # the public endpoint is what clients use when it differs (presigned URLs carry it)
+    s3_endpoint: str | None = None
+    s3_public_endpoint: str | None = None
+    s3_bucket: str = "im-uploads"
+    s3_access_key: str | None = None
+    s3_secret_key: SecretStr | None = None
+    s3_region: str = "us-east-1"
 
     # store connection pools
     db_pool_size: int = 10
     db_pool_overflow: int = 10
     store_timeout_seconds: float = 3.0
 
-    @field_validator("stream_partitions", "seq_block_size", "persister_batch")
+    @field_validator(
+        "stream_partitions", "seq_block_size", "persister_batch", "push_batch", "push_concurrency"
+    )
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
             raise ValueError("must be >= 1")
         return v
 
-    @field_validator("presence_beat_seconds", "presence_node_ttl_seconds", "presence_sweep_seconds")
+    @field_validator(
+        "presence_beat_seconds",
+        "presence_node_ttl_seconds",
+        "presence_sweep_seconds",
+        "outbox_sweep_seconds",
+        "push_timeout_seconds",
+        "push_backoff_max_seconds",
+        "push_poll_seconds",
+        "push_lease_seconds",
+    )
     @classmethod
     def _positive_seconds(cls, v: float) -> float:
         if not v > 0:
@@ -169,8 +233,20 @@ class Settings(BaseSettings):
         return plain_pg_url(self.database_url) if self.database_url else None
 
     @property
+    def push_enabled(self) -> bool:
+        """A gateway is configured: the persister writes push rows, pushers send them."""
+        return self.push_gateway_url is not None and bool(self.push_gateway_url.get_secret_value())
+
+    @property
     def embedded(self) -> bool:
+        """No PostgreSQL/Redis URLs: ``serve`` starts its own (the object store is apart:
+        ``embedded_s3``)."""
         return not (self.database_url and self.redis_url)
+
+    @property
+    def embedded_s3(self) -> bool:
+        """No object store endpoint: ``serve`` starts its own."""
+        return not self.s3_endpoint
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -26,6 +26,7 @@ from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import RateLimits
 from im_server.services.seqs import SeqRefills
 from im_server.storage.cursors import CursorResult
+from im_server.storage.objects import ObjectStore
 from im_server.storage.redis.replies import SendDuplicate, SendResult
 from im_server.storage.redis.store import RedisStore, SendArgs
 
@@ -167,6 +168,22 @@ class Context:
     seq_refills: SeqRefills = field(default_factory=SeqRefills)
     redis_recovery_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     background: set[asyncio.Task[object]] = field(default_factory=set)
+    # set by this process's persister when it wrote push rows, so the pusher here starts
+    # at once instead of at its next poll
+    push_due: asyncio.Event = field(default_factory=asyncio.Event)
+    # the S3-compatible store of uploads (presigned URLs, HEAD, thumbnails); None in a
+    # process without one (``im-server persister``)
+    object_store: ObjectStore | None = None
+    bucket_ready: bool = False
+    # set when a send queued a thumbnail, so this process's worker starts at once
+    thumbnails_due: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def objects(self) -> ObjectStore:
+        """The object store, or ``unavailable`` where this process has none."""
+        if self.object_store is None:
+            raise unavailable("uploads are not available on this server")
+        return self.object_store
 
     def spawn(self, coro: Coroutine[object, None, T], name: str | None = None) -> asyncio.Task[T]:
         """Run ``coro`` in the background; the lifespan waits for these on shutdown."""

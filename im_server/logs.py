@@ -19,7 +19,7 @@ import orjson
 MASK = "***"
 
 
-_KEYS = "password|passwd|secret|token|authorization|api_key"
+_KEYS = "password|passwd|secret_access_key|secret_key|secret|token|authorization|api_key"
 
 # (lower-case substrings without which the pattern cannot match, pattern). Group ``s`` of
 # a match is the secret. Patterns are written in lower case and run on the lower-cased
@@ -34,10 +34,11 @@ _RULES_SRC: tuple[tuple[tuple[str, ...], str], ...] = (
     ),
     # Authorization: <scheme> x (headers as logged by the HTTP and WebSocket libraries)
     (("authoriz",), r"""authorization["']?\s*[:=]\s*["']?(?:[a-z]+[ \t]+)?(?P<s>[^\s"',;]+)"""),
-    # token=x / password=x in a query string or a key=value DSN
+    # token=x / password=x in a query string or a key=value DSN; the signature of a
+    # presigned S3 URL (it grants access until it expires)
     (
-        ("token=", "password=", "passwd=", "secret=", "api_key="),
-        r"""(?:token|password|passwd|secret|api_key)=(?P<s>[^&\s"'#<>;,]+)""",
+        ("token=", "password=", "passwd=", "secret", "api_key=", "signature="),
+        r"""(?:token|password|passwd|secret_key|secret|api_key|x-amz-signature)=(?P<s>[^&\s"'#<>;,]+)""",
     ),
     # Bearer x anywhere else
     (("bearer",), r"""bearer\s+(?P<s>[^\s"',;]+)"""),

@@ -58,6 +58,16 @@ STREAM_DEPTH = Gauge("im_stream_depth", "Entries waiting in the message streams"
 PERIODIC_FAILURES = Counter(
     "im_periodic_failures_total", "Failed runs of periodic background jobs", ["job"]
 )
+OUTBOX_DEFERRED = Counter(
+    "im_outbox_deferred_total",
+    "Notices whose send after the commit failed on a store, left to the outbox sweep",
+)
+OUTBOX_REFUSED = Counter(
+    "im_outbox_refused_total", "Notices the send pipeline refused for good (dropped, logged)"
+)
+OUTBOX_SWEPT = Counter(
+    "im_outbox_swept_total", "Notices sent by the outbox sweep (their request did not send them)"
+)
 READ_FLUSHES = Counter("im_read_flushes_total", "Read-cursor batches written to PostgreSQL")
 READ_FLUSH_ROWS = Counter("im_read_flush_rows_total", "Cursor rows written by read-cursor batches")
 BAD_FRAMES = Counter("im_bad_frames_total", "WebSocket frames refused", ["code"])
@@ -91,3 +101,32 @@ HTTP_HANDLER_ERRORS = Counter(
     "im_http_handler_errors_total",
     "Bugs in REST handlers (an unexpected exception answered 500, logged with its traceback)",
 )
+PHONE_PUSHES = Counter(
+    "im_phone_pushes_total",
+    "Notifications posted to the push gateway, by kind (message, badge) and result "
+    "(sent, retry: the gateway failed and it will be posted again, dropped: refused as a request)",
+    ["kind", "result"],
+)
+PHONE_PUSH_REJECTED = Counter(
+    "im_phone_push_rejected_pushkeys_total",
+    "Pushkeys the gateway rejected (their registrations deleted)",
+)
+PHONE_PUSH_LATENCY = Histogram(
+    "im_phone_push_latency_seconds",
+    "From a message's server time (its ack) to the gateway's answer to its push",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+PHONE_PUSH_LAG = Gauge(
+    "im_phone_push_lag_seconds",
+    "Age of the oldest message a pusher took from the push outbox in its last round "
+    "(0 when it found none): how far pushes are behind",
+)
+PHONE_PUSH_BACKOFF = Gauge(
+    "im_phone_push_backoff_seconds", "The pusher's current back-off from a failing gateway"
+)
+UPLOADS = Counter(
+    "im_uploads_total",
+    "Uploads by event: created (a presigned PUT handed out), expired (never sent, deleted)",
+    ["event"],
+)
+THUMBNAILS = Counter("im_thumbnails_total", "Thumbnails by result (done, failed)", ["result"])

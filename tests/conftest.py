@@ -11,12 +11,22 @@ import orjson
 import pytest
 
 from im_server.client import Client, Connection
-from tests.support import ServerProcess, Stores, befriend, new_user
+from tests.support import Make, ServerProcess, Stores, befriend, new_user
 
 
 @pytest.fixture(scope="session")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
     s = Stores.start(tmp_path_factory.mktemp("stores"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def push_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    """Stores of their own for the servers with a push gateway: a persister without one
+    (the suite's server) on the same stream would store their messages without push
+    rows, and their pushers would take each other's rows."""
+    s = Stores.start(tmp_path_factory.mktemp("push-stores"))
     yield s
     s.stop()
 
@@ -32,6 +42,22 @@ def server(stores: Stores, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 @pytest.fixture
 def url(server: ServerProcess) -> str:
     return server.url
+
+
+@pytest.fixture
+async def make(url: str) -> AsyncIterator[Make]:
+    """Register users (on the shared server, or on ``base``); all closed at the end of
+    the test."""
+    made: list[Client] = []
+
+    async def _make(prefix: str = "u", base: str | None = None) -> Client:
+        c = await new_user(base or url, prefix)
+        made.append(c)
+        return c
+
+    yield _make
+    for c in made:
+        await c.aclose()
 
 
 @pytest.fixture

@@ -9,10 +9,12 @@ import contextlib
 import inspect
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg
+import httpx
 import redis.asyncio as aioredis
 
 from im_server.bench.cluster import FAST_HASH_ENV as FAST_HASH_ENV
@@ -47,6 +49,18 @@ async def eventually(fn: Any, timeout: float = 10.0, interval: float = 0.05) -> 
             break
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
+
+
+def wait_aof_rewrite(c: Any, timeout: float = 30.0) -> None:
+    """Block until the AOF rewrite asked of ``c`` (a sync Redis client) is done."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = c.info("persistence")
+        if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"AOF rewrite not done within {timeout} s")
+        time.sleep(0.02)  # the poll interval of a wait for a condition
 
 
 async def persisted(c: Client, conv: str, seq: int, timeout: float = 15.0) -> None:
@@ -135,3 +149,31 @@ async def send_ok(c: Client, conv: str, text: str) -> int:
     ack = await c.send_rest(conv, text)
     assert ack["ok"] is True, ack
     return int(ack["seq"])
+
+
+def metric(url: str, sample: str) -> float:
+    """The value of one sample (``name`` or ``name{labels}`` as exposed) on the server's
+    ``/metrics``; 0 when it is not there yet (a counter not incremented)."""
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+Make = Callable[..., Awaitable[Client]]
+"""The ``make`` fixture: ``await make(prefix, base=None)`` registers a user."""
+
+
+def png_bomb(w: int, h: int) -> bytes:
+    """A PNG that declares w×h pixels in a few KB (zeros compress to nothing)."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+        )
+
+    ihdr = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([1, 0, 0, 0, 0])  # 1-bit gray
+    row = b"\0" + b"\0" * ((w + 7) // 8)
+    comp = zlib.compressobj(9)
+    body = b"".join(comp.compress(row) for _ in range(min(h, 2000))) + comp.flush()
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")

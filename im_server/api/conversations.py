@@ -10,6 +10,7 @@ from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.parsing import StrictJsonRoute, parse_uint, query_uint
 from im_server.api.responses import (
     Cleared,
+    ConversationSettings,
     ConversationState,
     HistoryPage,
     ReadResult,
@@ -17,7 +18,7 @@ from im_server.api.responses import (
     Receipts,
     Unread,
 )
-from im_server.api.schemas import EditBody, ReadBody, SendBody
+from im_server.api.schemas import EditBody, ReadBody, SendBody, SettingsBody
 from im_server.errors import bad_request
 from im_server.ids import parse_conv_id
 from im_server.protocol.server_frames import AckOk, Edited
@@ -76,9 +77,11 @@ async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: C
     content_json = send.check_send(ctx, caller.user_id, ref, body.content)
     extras = None
     if not body.plain:
-        extras = await send.check_extras(
-            ctx, caller.user_id, ref, body.mentions, body.mention_all, body.reply_to
-        )
+        checked = await send.checked_extras(ctx, caller.user_id, ref, body)
+        if not isinstance(checked, send.Extras):
+            return checked  # a repeat of an accepted send
+        extras = checked
+        content_json = checked.content_json or content_json
     return await send.do_send(
         ctx,
         caller.user_id,
@@ -117,6 +120,20 @@ async def get_receipts(conv_id: str, seq: str, caller: CurrentUser, ctx: Ctx) ->
 )
 async def clear(conv_id: str, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await conversations.do_clear(ctx, caller.user_id, parse_conv_id(conv_id))
+
+
+@router.put(
+    "/conversations/{conv_id}/settings",
+    response_model=ConversationSettings,
+    summary="My settings of a conversation: muted, pinned (fields left out keep their value)",
+    description="Mine alone; my other devices get the state through sync. A request that "
+    "changes nothing answers the current values and moves no version.",
+)
+async def put_settings(
+    conv_id: str, body: SettingsBody, caller: CurrentUser, ctx: Ctx
+) -> dict[str, Any]:
+    ref = parse_conv_id(conv_id)
+    return await conversations.do_settings(ctx, caller.user_id, ref, body.muted, body.pinned)
 
 
 @router.delete(

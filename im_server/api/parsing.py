@@ -94,12 +94,17 @@ _NOT_A_VALUE = frozenset({"missing", "json_invalid"})
 
 def validation_status(errors: Sequence[Any]) -> int:
     """The status of a refused request: ``400`` when the first error is a body field of
-    the wrong type or value (the request was understood, one value is wrong), ``422`` for
-    malformed JSON, a body that is not an object, a missing field, or a bad path."""
+    the wrong type or value, or the body breaks a rule over several fields (the request
+    was understood, one value is wrong), ``422`` for malformed JSON, a body that is not
+    an object, a missing field, or a bad path."""
     first = errors[0] if errors else None
     if not isinstance(first, dict):
         return 422
     loc = tuple(first.get("loc", ()))
     if len(loc) >= 2 and loc[0] == "body" and first.get("type") not in _NOT_A_VALUE:
+        return 400
+    if loc == ("body",) and first.get("type") == "bad_value":
+        # a rule over several fields of a body that parsed (a picture without its
+        # upload): one value is wrong, as above
         return 400
     return 422

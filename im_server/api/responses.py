@@ -133,6 +133,8 @@ class _State(Answer):
     mention_unread: Count = Field(description="of the unread, those that mention me or all")
     last_message: Message | None
     version: Version = Field(description="the sync version of the state's last change")
+    muted: bool = Field(description="my setting: no pushes, only mentions count in the badge")
+    pinned: bool = Field(description="my setting: listed first")
 
 
 class SingleState(_State):
@@ -170,6 +172,12 @@ class Cleared(Answer):
     min_seq: Seq
 
 
+class ConversationSettings(Answer):
+    conv_id: ConvId
+    muted: bool
+    pinned: bool
+
+
 class Recalled(Answer):
     conv_id: ConvId
     seq: Seq
@@ -193,6 +201,10 @@ class UnreadCount(Answer):
 
 class Unread(Answer):
     total: Count
+    badge: Count = Field(
+        description="unread over conversations I did not mute plus mention_unread over "
+        "those I muted"
+    )
     conversations: list[UnreadCount] = Field(description="only those with unread > 0")
 
 
@@ -231,3 +243,29 @@ class Presence(Answer):
         description="when the last connection closed (ms); null while online, if never "
         "seen, or for a user whose presence I may not see"
     )
+
+
+# -- push -----------------------------------------------------------------------------------
+
+
+class PushRegistration(Answer):
+    app_id: str
+    pushkey: str
+    platform: Literal["apns", "fcm"]
+    device_id: str = Field(description="the device of the session the registration is tied to")
+
+
+# -- uploads --------------------------------------------------------------------------------
+
+
+class UploadTicket(Answer):
+    upload_id: str
+    url: str = Field(description="where to send the bytes (a presigned URL of the object store)")
+    method: Literal["PUT"]
+    headers: dict[str, str] = Field(description="send exactly these headers with the bytes")
+    expires_at: Timestamp = Field(description="the URL works until then (ms)")
+
+
+class DownloadLink(Answer):
+    url: str = Field(description="a short-lived presigned download URL")
+    expires_at: Timestamp

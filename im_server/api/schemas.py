@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
+from im_server.protocol.attachments import FILENAME_MAX, MimeType
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.types import (
     JsonObject,
@@ -92,6 +93,49 @@ class ReadBody(BaseModel):
     seq: ReportedSeq
 
 
+class SettingsBody(BaseModel):
+    """A field left out keeps its value; ``null`` is not a value."""
+
+    model_config = _body({"muted": True}, {"pinned": True, "muted": False})
+    muted: bool | None = Field(None, description="mute pushes and the badge (mentions still count)")
+    pinned: bool | None = Field(None, description="list this conversation first")
+
+    @field_validator("muted", "pinned", mode="before")
+    @classmethod
+    def _not_null(cls, v: object) -> object:
+        if v is None:
+            raise ValueError("must be true or false when present")
+        return v
+
+
 class RoleBody(BaseModel):
     model_config = _body({"role": "admin"})
     role: Literal["admin", "member"]
+
+
+class PushRegistrationBody(BaseModel):
+    """Where to push for this session's device (a Matrix push-gateway pusher's keys)."""
+
+    model_config = _body(
+        {"app_id": "com.example.im.ios", "pushkey": "a1b2c3d4e5f6", "platform": "apns"}
+    )
+    app_id: str = Field(description="1-64 characters of [A-Za-z0-9._-] (reverse DNS style)")
+    pushkey: str = Field(
+        description="1-512 printable ASCII characters: the APNs device token (hex) or the "
+        "FCM registration token"
+    )
+    platform: Literal["apns", "fcm"]
+
+
+class UploadBody(BaseModel):
+    """What I am about to upload: the presigned PUT is bound to this type and size."""
+
+    model_config = _body(
+        {"content_type": "image/jpeg", "size": 482133, "filename": "beach.jpg"},
+        {"content_type": "application/pdf", "size": 90211},
+    )
+    content_type: MimeType = Field(description="the bytes' media type, e.g. image/jpeg")
+    size: int = Field(ge=1, le=2**53, description="bytes; above the limit is 413 too_large")
+    filename: str | None = Field(
+        None, description=f"1-{FILENAME_MAX} characters, offered on download; no folders"
+    )

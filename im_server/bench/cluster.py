@@ -1,7 +1,7 @@
 """Stores and servers that a benchmark, the chaos harness or a test starts for itself.
 
-``Stores`` starts an embedded PostgreSQL and Redis on free ports in a temp folder (the same
-wheels the product uses). ``ServerProcess`` runs ``im-server serve`` as a child process
+``Stores`` starts an embedded PostgreSQL, Redis and S3 store (SeaweedFS) on free ports in a
+temp folder (the same wheels the product uses). ``ServerProcess`` runs ``im-server serve`` as a child process
 against given stores (or embedded ones under its own data folder), so callers exercise the
 real command, real sockets and real crashes (kill -9). The test suite imports them from
 ``tests/support.py``; they live in the package so that the harnesses built on them can be
@@ -23,10 +23,12 @@ import httpx
 from im_server.runtime.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
+    EmbeddedS3,
     free_port,
     prepare_data_dir,
     start_postgres,
     start_redis,
+    start_s3,
 )
 from im_server.storage.db import run_migrations
 
@@ -49,14 +51,24 @@ class Stores:
     root: Path
     pg: EmbeddedPostgres
     redis: EmbeddedRedis
+    s3: EmbeddedS3
 
     @classmethod
     def start(cls, root: Path, *, fsync: bool = False) -> Stores:
         root = prepare_data_dir(root)
         pg = start_postgres(root / "pg", fsync=fsync)
-        rd = start_redis(root / "redis")
+        try:
+            rd = start_redis(root / "redis")
+            try:
+                s3 = start_s3(root / "s3")
+            except BaseException:
+                rd.stop()
+                raise
+        except BaseException:
+            pg.stop()
+            raise
         run_migrations(pg.url)
-        return cls(root, pg, rd)
+        return cls(root, pg, rd, s3)
 
     def restart_redis(self, *, kill: bool = False, port_same: bool = True) -> None:
         if kill:
@@ -66,9 +78,10 @@ class Stores:
         self.redis = start_redis(self.root / "redis", self.redis.port if port_same else None)
 
     def env(self) -> dict[str, str]:
-        return {"IM_DATABASE_URL": self.pg.url, "IM_REDIS_URL": self.redis.url}
+        return {"IM_DATABASE_URL": self.pg.url, "IM_REDIS_URL": self.redis.url, **self.s3.env()}
 
     def stop(self) -> None:
+        self.s3.stop()
         self.redis.stop()
         self.pg.stop()
 
@@ -98,6 +111,9 @@ class ServerProcess:
         if not self.port:
             self.port = free_port()
         env = {**os.environ, **FAST_HASH_ENV, **self.env}
+        if not env.get("IM_S3_ENDPOINT") and self.data_dir is None:
+            # serve would start its own S3 store in ./.im-data, shared with whoever else
+            raise ValueError("a server with no IM_S3_ENDPOINT needs a data_dir of its own")
         env.setdefault("IM_NODE_NAME", f"test-{self.port}")
         args = [
             sys.executable,

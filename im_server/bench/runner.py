@@ -110,11 +110,12 @@ class Local:
     """Stores + im-server + echo, started by the bench itself."""
 
     def __init__(self, root: Path) -> None:
-        from im_server.runtime.embedded import start_postgres, start_redis
+        from im_server.runtime.embedded import start_postgres, start_redis, start_s3
         from im_server.storage.db import run_migrations
 
         self.pg = start_postgres(root / "pg", fsync=True)
         self.redis = start_redis(root / "redis")
+        self.s3 = start_s3(root / "s3")
         run_migrations(self.pg.url)
         self.port = free_port()
         env = {
@@ -122,6 +123,7 @@ class Local:
             **BENCH_ENV,
             "IM_DATABASE_URL": self.pg.url,
             "IM_REDIS_URL": self.redis.url,
+            **self.s3.env(),
         }
         self.log = open(root / "server.log", "wb")
         self.server = subprocess.Popen(
@@ -160,6 +162,7 @@ class Local:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        self.s3.stop()
         self.redis.stop()
         self.pg.stop()
         self.log.close()

@@ -56,6 +56,7 @@ class Conn:
         "max_backlog",
         "closing",
         "tasks",
+        "send_chain",
         "_drainer",
     )
 
@@ -76,6 +77,9 @@ class Conn:
         self.max_backlog = max_backlog
         self.closing = False
         self.tasks: set[asyncio.Task[Any]] = set()
+        # the last send of this socket that runs in a task (one that mentions or replies
+        # reads the store first); later sends wait for it, so seqs follow sending order
+        self.send_chain: asyncio.Task[None] | None = None
         self._drainer: asyncio.Task[None] | None = None
 
     def push(self, text: str) -> bool:
@@ -158,6 +162,14 @@ class Hub:
 
     def user_connections(self, user_id: int) -> int:
         return len(self.by_user.get(user_id, ()))
+
+    def device_connections(self, user_id: int, device_id: str) -> int:
+        """The device's sockets here (a user holds at most ``max_connections_per_user``)."""
+        return sum(1 for c in self.by_user.get(user_id, ()) if c.device_id == device_id)
+
+    def user_devices(self, user_id: int) -> set[str]:
+        """The user's devices with a socket here."""
+        return {c.device_id for c in self.by_user.get(user_id, ())}
 
     def deliver(self, user_ids: Iterable[int], text: str, exclude_conn: int | None = None) -> int:
         n = 0

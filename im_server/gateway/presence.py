@@ -1,7 +1,8 @@
-"""This process's side of presence: the users whose first connection here opened or
-whose last one closed are marked dirty by the WebSocket endpoint, and one task records
-them in Redis (``services.presence.do_record``) in batches, each with the hub's count
-at that moment, so a quick open/close pair can never be recorded out of order."""
+"""This process's side of presence: the users one of whose devices got its first
+connection here or lost its last one are marked dirty by the WebSocket endpoint, and one
+task records them in Redis (``services.presence.do_record``) in batches, each with the
+hub's devices of the user at that moment, so a quick open/close pair can never be
+recorded out of order."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class PresenceTracker:
         self._task: asyncio.Task[Any] | None = None
 
     def touch(self, user_id: int) -> None:
-        """The user's first connection here opened, or its last one closed."""
+        """A device of the user got its first connection here, or lost its last one."""
         self._dirty[user_id] = None
         self._idle.clear()
         self._wake.set()
@@ -82,7 +83,7 @@ class PresenceTracker:
                 users = list(self._dirty)[:BATCH]
                 for u in users:
                     del self._dirty[u]
-                states = [(u, self.hub.user_connections(u) > 0) for u in users]
+                states = [(u, self.hub.user_devices(u)) for u in users]
                 try:
                     await presence.do_record(self.ctx, self.node, states)
                 except Exception as e:

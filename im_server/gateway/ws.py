@@ -103,8 +103,11 @@ class Gateway:
             metrics.SENDS.labels(e.code).inc()
             conn.push(session.refused(cmd.client_msg_id, e))
             return
-        if cmd.mentions or cmd.mention_all or cmd.reply_to is not None:
-            self._spawn(conn, self._send_with_extras(conn, session, cmd, content_json))
+        if not cmd.plain:
+            self._chain(conn, self._send_with_extras(conn, session, cmd, content_json))
+            return
+        if conn.send_chain is not None:  # an earlier send is still being checked
+            self._chain(conn, self._send_plain(conn, session, cmd, content_json))
             return
         args = send.new_args(
             self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
@@ -138,15 +141,46 @@ class Gateway:
         # a store fault, or an answer that needs work first
         self._spawn(conn, self._send_slow(conn, session, ref, args))
 
+    def _chain(self, conn: Conn, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a send after the socket's previous chained send has answered."""
+        before = conn.send_chain
+
+        async def in_turn() -> None:
+            try:
+                if before is not None:
+                    await asyncio.wait([before])
+            except BaseException:
+                coro.close()  # cancelled while waiting (the socket closed): never started
+                raise
+            await coro
+
+        task = asyncio.get_running_loop().create_task(in_turn())
+        conn.tasks.add(task)
+        conn.send_chain = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            conn.tasks.discard(t)
+            if conn.send_chain is t:
+                conn.send_chain = None
+
+        task.add_done_callback(done)
+
+    async def _send_plain(
+        self, conn: Conn, session: Session, cmd: SendCmd, content_json: str
+    ) -> None:
+        args = send.new_args(
+            self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
+        )
+        await self._send_slow(conn, session, cmd.conv, args)
+
     async def _send_with_extras(
         self, conn: Conn, session: Session, cmd: SendCmd, content_json: str
     ) -> None:
-        """A send that mentions or replies: its checks read the members and the window
-        first, so it takes the slow path (a plain send never does)."""
+        """A send that mentions, replies or carries an upload: its checks read the
+        members, the window or the upload first, so it takes the slow path (a plain send
+        never does)."""
         try:
-            extras = await send.check_extras(
-                self.ctx, conn.user_id, cmd.conv, cmd.mentions, cmd.mention_all, cmd.reply_to
-            )
+            extras = await send.checked_extras(self.ctx, conn.user_id, cmd.conv, cmd)
         except ImError as e:
             metrics.SENDS.labels(e.code).inc()
             conn.push(session.refused(cmd.client_msg_id, e))
@@ -159,13 +193,16 @@ class Gateway:
                 metrics.WS_HANDLER_ERRORS.labels("send").inc()
             conn.push(session.refused(cmd.client_msg_id, unavailable("send failed, try again")))
             return
+        if not isinstance(extras, send.Extras):
+            conn.push(session.acked(extras))  # a repeat of an accepted send
+            return
         args = send.new_args(
             self.ctx,
             conn.user_id,
             cmd.conv,
             cmd.client_msg_id,
             cmd.content_type,
-            content_json,
+            extras.content_json or content_json,
             extras,
         )
         await self._send_slow(conn, session, cmd.conv, args)
@@ -265,8 +302,8 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
     conn.backlog = collections.deque()  # frames pushed before the accept wait here
     if gw.hub.add(conn):
         await gw.fanout.subscribe_user(user_id)
-        if gw.presence is not None:
-            gw.presence.touch(user_id)
+    if gw.presence is not None and gw.hub.device_connections(user_id, device_id) == 1:
+        gw.presence.touch(user_id)  # the device's first socket here (maybe the user's)
     try:
         await send_({"type": "websocket.accept"})
         while conn.backlog and not conn.closing:
@@ -291,8 +328,8 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         conn.closing = True
         if gw.hub.remove(conn):
             gw.fanout.user_offline(user_id)
-            if gw.presence is not None:
-                gw.presence.touch(user_id)
+        if gw.presence is not None and gw.hub.device_connections(user_id, device_id) == 0:
+            gw.presence.touch(user_id)  # the device's last socket here (maybe the user's)
         # in-flight sends are left to finish: their messages are queued and must still
         # reach the other members; only the ack has nowhere to go
 

@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from im_server.errors import ImError
+from im_server.protocol.attachments import ATTACHMENT_TYPES, check_attachment_content
 from im_server.protocol.types import (
     ClientContentType,
     ClientMsgId,
@@ -68,12 +69,24 @@ class SendFields(BaseModel):
 
     @property
     def plain(self) -> bool:
-        """No mention and no reply: the send needs no check beyond the script's."""
-        return not self.mentions and not self.mention_all and self.reply_to is None
+        """No mention, no reply, no attachment: the send needs no check beyond the
+        script's."""
+        return (
+            not self.mentions
+            and not self.mention_all
+            and self.reply_to is None
+            and self.content_type not in ATTACHMENT_TYPES
+        )
+
+    @property
+    def attachment(self) -> bool:
+        """A picture or file: the server checks the upload and writes the content."""
+        return self.content_type in ATTACHMENT_TYPES
 
     @model_validator(mode="after")
     def _text_rule(self) -> Self:
         check_text_content(self.content_type, self.content)
+        check_attachment_content(self.content_type, self.content)
         return self
 
 

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import JsonValue
 
 from im_server.errors import ImError
+from im_server.protocol.attachments import ATTACHMENT_TYPES
 from im_server.protocol.client_frames import (
     EditFrame,
     FrameError,
@@ -57,6 +58,16 @@ class SendCmd:
     mentions: list[int] = field(default_factory=list)
     mention_all: bool = False
     reply_to: int | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No mention, no reply, no attachment: nothing to check before the script."""
+        return (
+            not self.mentions
+            and not self.mention_all
+            and self.reply_to is None
+            and self.content_type not in ATTACHMENT_TYPES
+        )
 
 
 @dataclass(slots=True)

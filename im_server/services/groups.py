@@ -10,7 +10,7 @@ from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import group_conv_id, parse_conv_id
 from im_server.names import check_display_name
-from im_server.services import notify, permissions, send, seqs
+from im_server.services import notify, outbox, permissions, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, contacts, conversations, groups
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
@@ -124,22 +124,25 @@ async def do_add_members(
         added, rejoined = await conversations.join_members(
             conn, ref.conv_id, todo, 1 if with_history else end + 1, end, version
         )
-    changed = sorted(added + rejoined)
-    if changed:
+        changed = sorted(added + rejoined)
+        notice = None
+        if changed:
+            notice = await outbox.emit(
+                conn,
+                actor,
+                ref.conv_id,
+                "system",
+                {
+                    "event": "members_added",
+                    "actor": actor,
+                    "user_ids": changed,
+                    "with_history": with_history,
+                },
+            )
+    if notice is not None:
         await permissions.permissions_changed(ctx, [ref.conv_id])
         await notify.changed(ctx, changed)
-        await send.send_system(
-            ctx,
-            actor,
-            ref,
-            "system",
-            {
-                "event": "members_added",
-                "actor": actor,
-                "user_ids": changed,
-                "with_history": with_history,
-            },
-        )
+        await outbox.deliver(ctx, [notice])
     return {"group_id": group_id, "added": changed}
 
 
@@ -166,11 +169,16 @@ async def _close(ctx: Context, actor: int, group_id: int, target: int, event: st
             if me_row.role == ROLE_OWNER:
                 await _hand_over(conn, ref.conv_id, actor, version)
         await conversations.close_window(conn, ref.conv_id, target, end, version)
+        notice = await outbox.emit(
+            conn,
+            actor,
+            ref.conv_id,
+            "system",
+            {"event": event, "actor": actor, "user_ids": [target]},
+        )
     await permissions.permissions_changed(ctx, [ref.conv_id])
     await notify.changed(ctx, [target])
-    await send.send_system(
-        ctx, actor, ref, "system", {"event": event, "actor": actor, "user_ids": [target]}
-    )
+    await outbox.deliver(ctx, [notice])
 
 
 async def _hand_over(conn: Any, conv_id: str, owner: int, version: int) -> None:

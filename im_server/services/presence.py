@@ -20,6 +20,7 @@ to groups)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from im_server.context import Context
@@ -82,9 +83,12 @@ async def announce(ctx: Context, user_id: int, online: bool, last_seen: int | No
         ctx.events.push(peers, frame)
 
 
-async def do_record(ctx: Context, node: str, users: list[tuple[int, bool]]) -> list[int]:
-    """Record (user, holds a connection on this node) and announce who came online;
-    the users announced."""
+async def do_record(
+    ctx: Context, node: str, users: Sequence[tuple[int, Collection[str]]]
+) -> list[int]:
+    """Record (user, its devices with a connection on this node; none: the user has no
+    connection here) and announce who came online; the users announced. The devices are
+    what ``connected_devices`` answers for the pusher."""
     s = ctx.settings
     online = await ctx.redis.presence_set(
         node,
@@ -94,6 +98,13 @@ async def do_record(ctx: Context, node: str, users: list[tuple[int, bool]]) -> l
     )
     await asyncio.gather(*(announce(ctx, u, True, None) for u in online))
     return online
+
+
+async def connected_devices(ctx: Context, user_ids: Collection[int]) -> dict[int, set[str]]:
+    """Per user: the device ids with an open WebSocket on some live process (empty: none),
+    for pushing to the others. A killed process's devices stop counting once its node
+    entry expired (``presence_node_ttl_seconds`` after its last beat)."""
+    return await ctx.redis.connected_devices(user_ids)
 
 
 async def do_beat(ctx: Context, node: str) -> bool:

@@ -3,9 +3,10 @@
 Written by the request, in one PostgreSQL transaction that locks the message row (so
 the limits hold exactly under concurrency) and keeps a count row per (message, emoji)
 next to the per-user rows, so a read takes the counts and never scans the reactions.
-After the commit a ``reaction`` notice (``content: {"seq", "emoji", "user_id", "op":
-"add"|"remove"}``) goes through the send pipeline, so every device sees the change on
-the seq stream. Idempotent: adding a reaction I have, or removing one I do not have,
+The ``reaction`` notice (``content: {"seq", "emoji", "user_id", "op": "add"|"remove"}``)
+is written to the outbox in that same transaction and sent through the send pipeline
+after the commit, so every device sees the change on the seq stream even when the
+process dies in between. Idempotent: adding a reaction I have, or removing one I do not have,
 changes nothing and sends no notice."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import ConvRef
 from im_server.protocol.types import EMOJI_RULE, SERVER_CONTENT_TYPES, valid_emoji
-from im_server.services import send
+from im_server.services import outbox
 from im_server.services.recall import visible_message
 from im_server.storage import reactions
 
@@ -63,12 +64,14 @@ async def do_react(
             changed = await reactions.add(conn, ref.conv_id, seq, user_id, emoji)
         else:
             changed = await reactions.remove(conn, ref.conv_id, seq, user_id, emoji)
-    if changed:
-        await send.send_system(
-            ctx,
+        if not changed:
+            return False
+        notice = await outbox.emit(
+            conn,
             user_id,
-            ref,
+            ref.conv_id,
             "reaction",
             {"seq": seq, "emoji": emoji, "user_id": user_id, "op": op},
         )
-    return changed
+    await outbox.deliver(ctx, [notice])
+    return True

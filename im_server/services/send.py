@@ -23,8 +23,11 @@ from im_server import metrics
 from im_server.context import Context, DedupeChecker
 from im_server.errors import ImError, bad_request, is_store_error, unavailable
 from im_server.ids import ConvRef
+from im_server.protocol.attachments import ATTACHMENT_TYPES
+from im_server.protocol.client_frames import SendFields
 from im_server.protocol.server_frames import AckOk, ack, message_frame
-from im_server.services import members, permissions, recovery, seqs
+from im_server.protocol.session import SendCmd
+from im_server.services import members, permissions, recovery, seqs, uploads
 from im_server.services.coalesce import Coalescer
 from im_server.services.history import window
 from im_server.storage import conversations
@@ -78,13 +81,15 @@ def _has_nul(value: JsonValue) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Extras:
     """What a send mentions and answers, once checked by :func:`check_extras`."""
 
     mentions: list[int]
     mention_all: bool
     reply_to: int | None
+    # a picture or file: the content the server wrote from the upload (None: as sent)
+    content_json: str | None = None
 
 
 async def check_extras(
@@ -104,6 +109,8 @@ async def check_extras(
     kick) nor above the conversation's allocated end (``bad_request``)."""
     if ref.kind == "single" and (mentions or mention_all):
         raise bad_request("mentions and mention_all are for group messages only")
+    if not mentions and not mention_all and reply_to is None:
+        return Extras([], False, None)
     async with ctx.db.connect() as conn:
         conv, me = await conversations.conv_and_member(conn, ref.conv_id, sender_id)
     if ref.kind == "group" and (me is None or not me.active):
@@ -123,6 +130,46 @@ async def check_extras(
         current = set(await members.recipients(ctx, ref))
         kept = sorted({u for u in mentions if u in current})
     return Extras(kept, mention_all, reply_to)
+
+
+async def earlier_ack(ctx: Context, sender_id: int, cmid: str) -> AckOk | None:
+    """The first ack of a send repeated after its checks stopped passing (the sender was
+    kicked, its reply target cleared): a repeat answers what the first send got, never a
+    refusal of a message that exists. Asked only once a check refused, so a plain or
+    accepted send pays nothing. Redis first; PostgreSQL when Redis forgot the key."""
+    found = await ctx.redis.get_dedupe(sender_id, cmid)
+    if found is None:
+        found = await ctx.dedupe_checker.submit((sender_id, cmid))
+    if found is None:
+        return None
+    _DUP.inc()
+    return ack(found.conv_id, cmid, found.seq, found.server_time, True)
+
+
+async def checked_extras(
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    fields: SendFields | SendCmd,
+) -> Extras | AckOk:
+    """:func:`check_extras` and, for a picture or file, the upload's check
+    (``services.uploads.check_attachment``), or the first ack when a refused send is a
+    repeat."""
+    cmid = fields.client_msg_id
+    try:
+        extras = await check_extras(
+            ctx, sender_id, ref, fields.mentions, fields.mention_all, fields.reply_to
+        )
+        if fields.content_type in ATTACHMENT_TYPES:
+            extras.content_json = await uploads.check_attachment(
+                ctx, sender_id, fields.content_type, fields.content
+            )
+        return extras
+    except ImError:
+        first = await earlier_ack(ctx, sender_id, cmid)
+        if first is None or first["conv_id"] != ref.conv_id:
+            raise
+        return first
 
 
 _BAD_REPLY = "reply_to must be the seq of a message you can see in this conversation"

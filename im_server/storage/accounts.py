@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from im_server.storage import push
 from im_server.storage.db import now_ms
 
 
@@ -189,7 +190,7 @@ async def live_sessions(conn: AsyncConnection, user_id: int, idle_cutoff: int) -
 
 
 async def revoke_session(conn: AsyncConnection, token_hash: bytes, now: int) -> bool:
-    """Revoke one token; False if it was not live."""
+    """Revoke one token, its push registration with it; False if it was not live."""
     r = await conn.execute(
         text(
             "UPDATE sessions SET revoked_at = :t WHERE token_hash = :h AND revoked_at IS NULL "
@@ -197,13 +198,16 @@ async def revoke_session(conn: AsyncConnection, token_hash: bytes, now: int) -> 
         ),
         {"h": token_hash, "t": now},
     )
-    return r.first() is not None
+    revoked = r.first() is not None
+    await push.delete_of_sessions(conn, [token_hash])
+    return revoked
 
 
 async def revoke_device(
     conn: AsyncConnection, user_id: int, device_id: str, now: int
 ) -> list[SessionRow]:
-    """Revoke the device's session (an idle one too); the rows revoked."""
+    """Revoke the device's session (an idle one too) and its push registration; the rows
+    revoked."""
     r = await conn.execute(
         text(
             "UPDATE sessions SET revoked_at = :t "
@@ -212,13 +216,16 @@ async def revoke_device(
         ),
         {"u": user_id, "d": device_id, "t": now},
     )
-    return [_session(row) for row in r]
+    rows = [_session(row) for row in r]
+    await push.delete_of_sessions(conn, [row.token_hash for row in rows])
+    return rows
 
 
 async def revoke_user_sessions(
     conn: AsyncConnection, user_id: int, now: int, keep: bytes | None = None
 ) -> list[bytes]:
-    """Revoke every session of the user but ``keep``; the token hashes revoked."""
+    """Revoke every session of the user but ``keep``, their push registrations with them;
+    the token hashes revoked."""
     r = await conn.execute(
         text(
             "UPDATE sessions SET revoked_at = :t WHERE user_id = :u AND revoked_at IS NULL "
@@ -226,4 +233,6 @@ async def revoke_user_sessions(
         ),
         {"u": user_id, "t": now, "k": keep},
     )
-    return [bytes(h) for h in r.scalars()]
+    hashes = [bytes(h) for h in r.scalars()]
+    await push.delete_of_sessions(conn, hashes)
+    return hashes

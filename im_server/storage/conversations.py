@@ -272,6 +272,40 @@ async def hide(conn: AsyncConnection, conv_id: str, user_id: int, upto: int, ver
     )
 
 
+async def settings(conn: AsyncConnection, conv_id: str, user_id: int) -> tuple[bool, bool] | None:
+    """(muted, pinned) of my member row, or None without one."""
+    row = (
+        await conn.execute(
+            text("SELECT muted, pinned FROM conv_members WHERE conv_id = :c AND user_id = :u"),
+            {"c": conv_id, "u": user_id},
+        )
+    ).first()
+    return (bool(row[0]), bool(row[1])) if row else None
+
+
+async def set_settings(
+    conn: AsyncConnection,
+    conv_id: str,
+    user_id: int,
+    muted: bool | None,
+    pinned: bool | None,
+    version: int,
+) -> tuple[bool, bool]:
+    """Set the given settings (None keeps the value) and their sync version (my state's
+    only: see STATE_VERSION); returns (muted, pinned) after the write."""
+    row = (
+        await conn.execute(
+            text(
+                "UPDATE conv_members SET muted = COALESCE(CAST(:m AS boolean), muted), "
+                "pinned = COALESCE(CAST(:p AS boolean), pinned), settings_version = :v "
+                "WHERE conv_id = :c AND user_id = :u RETURNING muted, pinned"
+            ),
+            {"c": conv_id, "u": user_id, "m": muted, "p": pinned, "v": version},
+        )
+    ).one()
+    return bool(row[0]), bool(row[1])
+
+
 async def reserve_seq_block(
     conn: AsyncConnection, conv_id: str, conv_type: int, size: int
 ) -> tuple[int, int]:
@@ -335,11 +369,13 @@ _CURSOR = (
     "COALESCE(m.read_seq, (SELECT max(s.seq) FROM messages s WHERE s.conv_id = m.conv_id "
     "AND s.sender_id = m.user_id), 0)"
 )
+# the content types that never count as unread: the notices and system messages
+NOT_COUNTED = ("recall", "system", "edit", "reaction")
 _UNREAD = (
     "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
     f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
     "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
-    "AND x.sender_id <> m.user_id AND x.content_type NOT IN ('recall', 'system', 'edit', 'reaction'))"
+    f"AND x.sender_id <> m.user_id AND x.content_type NOT IN {NOT_COUNTED!r})"
 )
 # Of those, the ones that mention me or everyone: _UNREAD itself (so the rules cannot
 # drift apart) plus the mention test. The first added condition is the predicate of the
@@ -352,10 +388,11 @@ _MENTION_UNREAD = (
 )
 
 
-# A state's sync version: my own row's, the conversation's while I am in it (new
-# messages), and in a single chat the peer's row (its cursors), joined as ``pm`` by
-# PEER_JOIN (shared with the sync query).
-STATE_VERSION = "GREATEST(m.version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END, COALESCE(pm.version, 0))"
+# A state's sync version: my own row's (and its settings'), the conversation's while I
+# am in it (new messages), and in a single chat the peer's row (its cursors, not its
+# settings: those are the peer's business), joined as ``pm`` by PEER_JOIN (shared with
+# the sync query).
+STATE_VERSION = "GREATEST(m.version, m.settings_version, CASE WHEN m.max_seq IS NULL THEN c.version ELSE 0 END, COALESCE(pm.version, 0))"
 PEER_JOIN = "LEFT JOIN conv_members pm ON c.conv_type = 1 AND pm.conv_id = m.conv_id AND pm.user_id <> m.user_id"
 
 
@@ -383,7 +420,7 @@ async def states(
                lm.server_time, lm.recalled, m.max_seq IS NULL AS active, m.role,
                (m.hidden_seq IS NOT NULL AND c.max_seq <= m.hidden_seq) AS hidden,
                lm.mentions, lm.mention_all, lm.reply_to, {_MENTION_UNREAD} AS mention_unread,
-               lm.edited_at
+               lm.edited_at, m.muted, m.pinned
         FROM conv_members m
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
@@ -394,7 +431,7 @@ async def states(
               AND x.seq <= COALESCE(m.max_seq, 9223372036854775807)
             ORDER BY x.seq DESC LIMIT 1) lm ON true
         WHERE {where}
-        ORDER BY COALESCE(lm.server_time, 0) DESC, c.conv_id
+        ORDER BY m.pinned DESC, COALESCE(lm.server_time, 0) DESC, c.conv_id
     """
     out = []
     for r in await conn.execute(text(sql), params):
@@ -411,6 +448,8 @@ async def states(
                 message_dict((*r[12:20], *r[23:26], r[27])) if r[12] is not None else None
             ),
             "version": int(r[7]),
+            "muted": bool(r[28]),
+            "pinned": bool(r[29]),
         }
         if include_hidden:
             st["hidden"] = bool(r[22])
@@ -427,15 +466,73 @@ async def states(
     return out
 
 
+@dataclass(slots=True)
+class UnreadCounts:
+    """Every conversation with unread messages, (conv_id, unread, mention_unread) by
+    conv_id, and the badge: unread over the conversations I did not mute, plus
+    mention_unread over the ones I muted (a mention breaks through a mute)."""
+
+    rows: list[tuple[str, int, int]]
+    badge: int
+
+
+# The badge is a window sum over the same rows, so counts and badge come from one
+# statement and one snapshot: no second query, no counter kept beside the messages.
+# Conversations without unread messages add nothing (mention_unread <= unread), so the
+# filter on unread > 0 can come before the sum. The counts are a MATERIALIZED CTE: inlined,
+# the planner would copy each count subquery into the filter, the output and the sum, and
+# run it up to three times per conversation.
+_UNREAD_COUNTS = f"""
+    WITH t AS MATERIALIZED (
+        SELECT m.conv_id, m.muted, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread
+          FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id
+         WHERE m.user_id = :u)
+    SELECT conv_id, unread, mention_unread,
+           sum(CASE WHEN muted THEN mention_unread ELSE unread END) OVER ()
+      FROM t
+     WHERE unread > 0
+     ORDER BY conv_id
+"""
+
+
+async def unread(conn: AsyncConnection, user_id: int) -> UnreadCounts:
+    """The unread counts of every conversation of the user, and the badge, in one
+    statement."""
+    rows = list(await conn.execute(text(_UNREAD_COUNTS), {"u": user_id}))
+    return UnreadCounts(
+        rows=[(str(a), int(b), int(n)) for a, b, n, _ in rows],
+        badge=int(rows[0][3]) if rows else 0,
+    )
+
+
+# The badges of many users at once (the pusher's), from the same fragments as the
+# statement above: the same count, the same mute rule, so a push's badge is the one
+# GET /v1/unread answers.
+_BADGES = f"""
+    WITH t AS MATERIALIZED (
+        SELECT m.user_id, m.muted, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread
+          FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id
+         WHERE m.user_id = ANY(CAST(:us AS bigint[])))
+    SELECT user_id, sum(CASE WHEN muted THEN mention_unread ELSE unread END)
+      FROM t GROUP BY user_id
+"""
+
+# The read cursor the unread count starts from, for statements elsewhere that must follow
+# the same rule (the pusher's recipients); ``m`` is the conv_members row.
+CURSOR = _CURSOR
+
+
+async def badges(conn: AsyncConnection, user_ids: list[int]) -> dict[int, int]:
+    """Each user's badge (as in :func:`unread`), one statement for all of them."""
+    if not user_ids:
+        return {}
+    r = await conn.execute(text(_BADGES), {"us": user_ids})
+    out = dict.fromkeys(user_ids, 0)
+    out.update({int(u): int(b) for u, b in r})
+    return out
+
+
 async def unread_counts(conn: AsyncConnection, user_id: int) -> list[tuple[str, int, int]]:
     """(conv_id, unread, mention_unread) of every conversation of the user with unread
     messages, in one statement."""
-    r = await conn.execute(
-        text(
-            f"SELECT m.conv_id, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread "
-            "FROM conv_members m JOIN conversations c "
-            "ON c.conv_id = m.conv_id WHERE m.user_id = :u ORDER BY m.conv_id"
-        ),
-        {"u": user_id},
-    )
-    return [(str(a), int(b), int(n)) for a, b, n in r if b]
+    return (await unread(conn, user_id)).rows

@@ -21,14 +21,30 @@ class CursorResult:
 
 
 async def advance(
-    conn: AsyncConnection, kind: str, rows: list[tuple[str, int, int, int]], version: int
+    conn: AsyncConnection,
+    kind: str,
+    rows: list[tuple[str, int, int, int]],
+    version: int,
+    badge_due: int | None = None,
 ) -> list[CursorResult]:
     """Move each (conv_id, user_id) cursor to max(old, min(seq, my last visible seq)) in
     one statement. Rows are (conv_id, user_id, seq, allocated_end), allocated_end being
     the highest seq Redis handed out (-1 if unknown: the persisted end is used). The
     UPDATE only touches rows where the new value is greater (``AND new > old``), so
-    concurrent or reordered batches converge to the maximum and never move back."""
+    concurrent or reordered batches converge to the maximum and never move back.
+
+    ``badge_due`` (ms, read cursors with push on): users with a push registration whose
+    read cursor moved get a ``push_badge`` row due then, in the same statement; a row
+    already waiting keeps its due time (the burst coalesces) and counts one more read."""
     col = COLUMNS[kind]
+    badge = ""
+    if badge_due is not None and kind == "read":
+        badge = """, badge AS (
+                INSERT INTO push_badge (user_id, due_at)
+                SELECT DISTINCT upd.user_id, CAST(:due AS bigint) FROM upd
+                 WHERE EXISTS (SELECT 1 FROM push_registrations p WHERE p.user_id = upd.user_id)
+                ON CONFLICT (user_id) DO UPDATE SET gen = push_badge.gen + 1
+            )"""
     target = "LEAST(v.s, GREATEST(v.a, c.max_seq), COALESCE(m.max_seq, v.s))"
     r = await conn.execute(
         text(
@@ -44,7 +60,7 @@ async def advance(
                  WHERE m.conv_id = v.c AND m.user_id = v.u AND c.conv_id = v.c
                    AND {target} > COALESCE(m.{col}, -1)
                 RETURNING m.conv_id, m.user_id, m.{col} AS val
-            )
+            ){badge}
             SELECT v.c, v.u, m.user_id IS NOT NULL, COALESCE(upd.val, m.{col}, 0), upd.val IS NOT NULL
               FROM v
               LEFT JOIN conv_members m ON m.conv_id = v.c AND m.user_id = v.u
@@ -57,6 +73,7 @@ async def advance(
             "s": [x[2] for x in rows],
             "a": [x[3] for x in rows],
             "ver": version,
+            **({"due": badge_due} if badge else {}),
         },
     )
     return [CursorResult(str(a), int(b), bool(c), int(d), bool(e)) for a, b, c, d, e in r]

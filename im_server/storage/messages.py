@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from im_server.protocol.types import MAX_INT64
+from im_server.protocol.types import MAX_INT64, SERVER_CONTENT_TYPES
 from im_server.storage.conversations import MESSAGE_COLUMNS, message_dict
 
 
@@ -27,10 +27,26 @@ class NewMessage:
     reply_to: int | None = None
 
 
+class Persisted(NamedTuple):
+    """What a batch's statement did: its sync version, the messages it inserted (the
+    others were stored already) and the push outbox rows it wrote."""
+
+    version: int
+    inserted: int
+    pushed: int = 0
+
+
 # One statement per batch (one round trip, autocommit): take the next sync version,
 # insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes nothing; originals
 # recalled within the batch go in blanked), blank the earlier originals of recall notices,
-# and raise each conversation's persisted max_seq and version.
+# and raise each conversation's persisted max_seq and version. With push on, the newly
+# inserted user messages (not notices, not recalled) also get their push_outbox rows here,
+# in the same commit: a stored message is never left unpushed by a crash. Only in
+# conversations where some member holds a push registration (once per conversation of
+# the batch): elsewhere nobody could get a push, and the pusher's work per row is what
+# push costs the send path. A picture or file message gets its message_uploads row (the
+# access rule) and marks its upload sent (the clean-up spares it), in the same commit.
+_NOT_PUSHED = sorted(SERVER_CONTENT_TYPES)
 _PERSIST = """
 WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
@@ -41,6 +57,29 @@ WITH ver AS (
       FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
                   $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
            AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt)
+    ON CONFLICT DO NOTHING
+    RETURNING conv_id, seq, content_type, recalled, content ->> 'upload_id' AS upload_id
+), carried AS (
+    INSERT INTO message_uploads (upload_id, conv_id, seq)
+    SELECT i.upload_id, i.conv_id, i.seq FROM ins i
+     WHERE i.content_type IN ('image', 'file') AND i.upload_id IS NOT NULL
+    ON CONFLICT DO NOTHING
+), sent AS (
+    UPDATE uploads u SET sent_at = (extract(epoch from clock_timestamp()) * 1000)::bigint
+      FROM ins i
+     WHERE i.content_type IN ('image', 'file') AND u.upload_id = i.upload_id
+       AND u.sent_at IS NULL
+), pushable AS (
+    SELECT y.c FROM unnest($11::text[]) AS y(c)
+     WHERE $16::boolean AND EXISTS (
+           SELECT 1 FROM conv_members m JOIN push_registrations p ON p.user_id = m.user_id
+            WHERE m.conv_id = y.c)
+), push AS (
+    INSERT INTO push_outbox (conv_id, seq, created_at)
+    SELECT i.conv_id, i.seq, (extract(epoch from clock_timestamp()) * 1000)::bigint
+      FROM ins i
+     WHERE i.conv_id IN (SELECT c FROM pushable)
+       AND NOT i.recalled AND i.content_type <> ALL($17::text[])
     ON CONFLICT DO NOTHING
     RETURNING 1
 ), blank AS (
@@ -55,7 +94,7 @@ WITH ver AS (
     ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
         seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
 )
-SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins)
+SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins), (SELECT count(*) FROM push)
 """
 
 
@@ -64,9 +103,11 @@ async def persist_batch(
     batch: list[NewMessage],
     recalled_here: set[tuple[str, int]],
     blank: list[tuple[str, int]],
-) -> tuple[int, int]:
+    push: bool = False,
+) -> Persisted:
     """Write a batch with the statement above, on a plain asyncpg connection (the hot
-    write path skips the pool and its per-checkout ping). Returns (version, inserted)."""
+    write path skips the pool and its per-checkout ping). ``push``: write the push outbox
+    rows too."""
     tops: dict[str, int] = {}
     for m in batch:
         if m.seq > tops.get(m.conv_id, 0):
@@ -90,9 +131,11 @@ async def persist_batch(
         ["{" + ",".join(map(str, m.mentions)) + "}" for m in batch],
         [m.mention_all for m in batch],
         [m.reply_to for m in batch],
+        push,
+        _NOT_PUSHED,
     )
     assert row is not None
-    return int(row[0]), int(row[1])
+    return Persisted(int(row[0]), int(row[1]), int(row[2]))
 
 
 async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]) -> list[int]:

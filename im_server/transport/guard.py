@@ -4,7 +4,8 @@ A body over ``max_body_bytes`` is refused with 413 before the app, and so before
 authentication, sees the request: at once from its ``Content-Length``, or, for a chunked
 body, as soon as the bytes received pass the limit (at most the limit is buffered). The
 413 carries ``Connection: close``, so the rest of the body is never read. Every response
-gets the security headers of :mod:`im_server.transport.headers`.
+gets the security headers of :mod:`im_server.transport.headers` (the page's CSP names
+the object store's origin, from the app's settings).
 
 WebSocket scopes pass straight through (and ``/v1/ws`` does not even come here: it is
 served in front of this layer by ``with_websocket``)."""
@@ -47,12 +48,18 @@ class HttpGuard:
             413, "too_large", f"the request body is over {max_body_bytes} bytes"
         )
         self._bad_length = error_response(400, "bad_request", "bad Content-Length")
+        # presigned URLs carry the public endpoint when there is one: that is the origin
+        settings = getattr(app.state, "settings", None)
+        endpoint = None
+        if settings is not None:
+            endpoint = settings.s3_public_endpoint or settings.s3_endpoint
+        self.page_headers = headers.page_headers(headers.origin(endpoint))
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = headers.BASE if scope["path"] in self.docs_paths else headers.PAGE
+        extra = headers.BASE if scope["path"] in self.docs_paths else self.page_headers
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -101,8 +101,23 @@ export class Api {
     return this.post(`/v1/conversations/${encodeURIComponent(convId)}/messages`,
       { client_msg_id: clientMsgId, content_type: contentType, content });
   }
+  settings(convId, body) { return this.put(`/v1/conversations/${encodeURIComponent(convId)}/settings`, body); }
   read(convId, seq) { return this.post(`/v1/conversations/${encodeURIComponent(convId)}/read`, { seq }); }
   recall(convId, seq) { return this.post(`/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/recall`); }
+  edit(convId, seq, content) {
+    return this.post(`/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/edit`, { content });
+  }
+  react(convId, seq, emoji) {
+    return this.request('PUT', `/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/reactions/${encodeURIComponent(emoji)}`);
+  }
+  unreact(convId, seq, emoji) {
+    return this.del(`/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/reactions/${encodeURIComponent(emoji)}`);
+  }
+  // attachments: a presigned PUT for the bytes (then send image|file with the upload_id)
+  createUpload(contentType, size, filename) {
+    return this.post('/v1/uploads', { content_type: contentType, size, filename });
+  }
+  presence(userIds) { return this.get(`/v1/presence?user_ids=${userIds.join(',')}`); }
   receipts(convId, seq) { return this.get(`/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/receipts`); }
   sync(since, { wait = 0, recent = 20, limit = 100, signal } = {}) {
     return this.get(`/v1/sync?since=${since}&wait=${wait}&recent=${recent}&limit=${limit}`, { signal });

@@ -103,6 +103,17 @@ export function describe(m, store) {
   if (m.recalled) return 'message recalled';
   if (m.content_type === 'recall') return `${cap(store.nameOf(m.sender_id))} recalled a message`;
   if (m.content_type === 'system') return systemText(m, store);
+  if (m.content_type === 'edit') return `${cap(store.nameOf(m.sender_id))} edited a message`;
+  if (m.content_type === 'reaction') {
+    const c = m.content || {};
+    return c.op === 'remove' ? `${cap(store.nameOf(m.sender_id))} took back a reaction`
+      : `${cap(store.nameOf(m.sender_id))} reacted ${c.emoji || ''}`.trim();
+  }
+  if (m.content_type === 'image' && m.content) return m.content.caption ? `📷 ${m.content.caption}` : '📷 Photo';
+  if (m.content_type === 'file' && m.content) {
+    const name = `📎 ${m.content.name || 'File'}`;
+    return m.content.caption ? `${name}: ${m.content.caption}` : name;
+  }
   if (m.content && typeof m.content.text === 'string') return m.content.text;
   return `[${m.content_type}]`;
 }
@@ -122,4 +133,26 @@ export function systemText(m, store) {
 export function cap(s) {
   s = String(s);
   return s === 'you' ? 'You' : s;
+}
+
+/** A short one-line excerpt (replies quote their original with it). */
+export function excerpt(text, max = 80) {
+  const one = String(text || '').replace(/\s+/g, ' ').trim();
+  const chars = [...one];
+  return chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : one;
+}
+
+/** "online", "last seen 5 min ago", or '' when the presence is not mine to see. */
+export function presenceText(p) {
+  if (!p || p.online == null) return '';
+  if (p.online) return 'online';
+  return p.last_seen ? `last seen ${fmtAgo(p.last_seen)}` : 'offline';
+}
+
+/** Keep a presence dot in step with {online, last_seen}; hidden when unknown. */
+export function setDot(dot, p) {
+  const known = !!p && p.online != null;
+  dot.hidden = !known;
+  setAttr(dot, 'data-online', known ? String(!!p.online) : null);
+  setAttr(dot, 'title', known ? presenceText(p) : null);
 }

@@ -8,6 +8,7 @@
 // requests are polled (the server pushes none).
 
 import { COUNTABLE } from './store.js';
+import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploads.js';
 
 const PAGE = 200;
 const MAX_GAP = 1000;          // beyond this, restart the segment at the newest seqs
@@ -15,6 +16,9 @@ const LONG_POLL_S = 25;
 const GAP_RETRY_MS = [60, 120, 250, 500, 1000, 2000];
 const REQUESTS_EVERY_MS = 5000;
 const ACK_TIMEOUT_MS = 8000;
+const PRESENCE_BATCH = 200;    // ids per GET /v1/presence
+const MAX_MENTIONS = 100;
+const QUOTE_RETRY_MS = 10000;  // a quote whose read failed is read again after this
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -39,6 +43,10 @@ export class Engine {
     this.wake = null;
     this.friendsAt = 0;
     this.longPolling = false;
+    this.refetching = new Map();   // `${conv}|${seq}` -> running refetch of one message
+    this.refetchAgain = new Set();
+    this.presenceTick = 0;         // counts presence frames
+    this.presenceAt = new Map();   // user_id -> the tick of its last presence frame
     this.onFrame = (e) => this.frame(e.detail);
     this.onOpen = () => this.connected();
     this.onStatus = (e) => {
@@ -49,6 +57,7 @@ export class Engine {
     };
     this.onVisible = () => this.readOpen();
     store.fetchUser = (id) => api.user(id); // names the store does not know yet
+    this.media = new Media(api);   // download links of pictures and files
   }
 
   start() {
@@ -95,7 +104,8 @@ export class Engine {
     }
     this.kickSync();
     this.loadRequests().catch(() => {});
-    this.loadFriends().catch(() => {});
+    // presence frames missed while the socket was down: read the truth again
+    this.loadFriends().catch(() => {}).then(() => this.loadPresence()).catch(() => {});
   }
 
   /** Run a sync now (abort the long poll in flight). */
@@ -167,6 +177,7 @@ export class Engine {
   /** Store messages of one conversation, then report delivered/read as needed. */
   received(c, msgs, push) {
     const fresh = c.add(msgs);
+    this.refetchStale(c);
     if (!fresh.length) return fresh;
     if (fresh.some((m) => m.sender_id !== this.store.me.user_id && COUNTABLE(m))) {
       this.scheduleDelivered(c);
@@ -174,6 +185,12 @@ export class Engine {
     }
     if (push) this.schedulePull(c, 250); // pushes may arrive out of order: give them a moment
     return fresh;
+  }
+
+  /** Held messages whose reactions changed (a notice came): read each one again. */
+  refetchStale(c) {
+    for (const seq of c.staleReactions) this.refetch(c, seq);
+    c.staleReactions.clear();
   }
 
   schedulePull(c, delay) {
@@ -236,6 +253,7 @@ export class Engine {
       const ans = await this.api.history(c.id, { end, limit: 50, order: 'desc' });
       c.setWindow(ans.min_seq, null);
       const fresh = c.add(ans.messages || []);
+      this.refetchStale(c);
       c.floor = Math.min(c.floor, Math.max(ans.min_seq, end - 50 + 1));
       c.advance();
       if (ans.is_end || c.floor <= c.minSeq) c.olderEnd = true;
@@ -322,6 +340,8 @@ export class Engine {
         this.received(c, [m], true);
         if (!c.known) this.kickSync();   // a conversation new to me: fetch its state
         if (c.hidden && m.content_type !== 'recall') c.hidden = false;
+        // the members changed: the mention list (and the panel) follow
+        if (m.content_type === 'system' && c.members) this.loadMembers(c).catch(() => {});
         this.store.changed('messages', c.id);
         return;
       }
@@ -355,6 +375,14 @@ export class Engine {
         this.store.changed('typing', c.id);
         return;
       }
+      case 'presence': {
+        if (!Number.isInteger(f.user_id)) return;
+        this.presenceTick += 1;
+        this.presenceAt.set(f.user_id, this.presenceTick);
+        this.store.presence.set(f.user_id, { online: f.online, last_seen: f.last_seen });
+        this.store.changed('presence');
+        return;
+      }
       case 'error':
         console.warn('server error frame', f.code, f.message);
         return;
@@ -373,15 +401,62 @@ export class Engine {
 
   // ---- sending -------------------------------------------------------------------
 
-  send(c, text) {
+  /** extras: {mentions: [user_id], mention_all, reply_to} (mentions: groups only). */
+  send(c, text, extras = {}) {
     const me = this.store.me.user_id;
+    const mentions = c.type === 'group' ? [...new Set(extras.mentions || [])].slice(0, MAX_MENTIONS) : [];
     const p = {
       client_msg_id: newId(), conv_id: c.id, sender_id: me, content_type: 'text',
       content: { text }, created: Date.now(), server_time: Date.now(), state: 'sending', recalled: false,
+      mentions, mention_all: c.type === 'group' && !!extras.mention_all,
+      reply_to: Number.isInteger(extras.reply_to) ? extras.reply_to : null, edited_at: null, reactions: [],
     };
     c.pending.set(p.client_msg_id, p);
     c.hidden = false;
     c.lastTypingSent = 0; // the peer clears my typing line on this message: notify anew
+    this.store.changed('messages', c.id);
+    this.transmit(p);
+    return p;
+  }
+
+  /**
+   * A picture or file: a pending message shows it (with the upload's progress) while the
+   * bytes go to the object store, then it is sent like a text. Rejects (and drops the
+   * pending message) when the upload is refused or fails: nothing is sent then.
+   * extras: {reply_to}.
+   */
+  async sendAttachment(c, file, caption = '', extras = {}) {
+    if (!file.size) throw new Error(`"${file.name || 'file'}" is empty`);
+    const me = this.store.me.user_id;
+    const mime = mimeOf(file);
+    const kind = IMAGE_TYPES.has(mime) ? 'image' : 'file';
+    const content = { upload_id: null, name: nameOf(file, mime), size: file.size, mime };
+    if (caption) content.caption = caption;
+    if (kind === 'image') Object.assign(content, await imageSize(file));
+    const p = {
+      client_msg_id: newId(), conv_id: c.id, sender_id: me, content_type: kind, content,
+      created: Date.now(), server_time: Date.now(), state: 'uploading', progress: 0, recalled: false,
+      mentions: [], mention_all: false, reply_to: Number.isInteger(extras.reply_to) ? extras.reply_to : null,
+      edited_at: null, reactions: [], preview: kind === 'image' ? URL.createObjectURL(file) : null,
+    };
+    c.pending.set(p.client_msg_id, p);
+    c.hidden = false;
+    this.store.changed('messages', c.id);
+    try {
+      const ticket = await this.api.createUpload(mime, file.size, content.name);
+      p.content = { ...content, upload_id: ticket.upload_id };
+      await putBytes(ticket, file, (f) => { p.progress = f; this.store.changed('messages', c.id); });
+    } catch (e) {
+      c.pending.delete(p.client_msg_id);
+      if (p.preview) URL.revokeObjectURL(p.preview);
+      this.store.changed('messages', c.id);
+      throw e;
+    }
+    if (p.preview) this.media.previews.set(p.content.upload_id, p.preview); // no download for mine
+    p.wire = { upload_id: p.content.upload_id };
+    if (caption) p.wire.caption = caption;
+    p.progress = 1;
+    p.state = 'sending';
     this.store.changed('messages', c.id);
     this.transmit(p);
     return p;
@@ -398,10 +473,14 @@ export class Engine {
 
   transmit(p) {
     clearTimeout(this.ackTimers.get(p.client_msg_id));
-    const ok = this.socket.send({
+    const frame = {
       type: 'send', client_msg_id: p.client_msg_id, conv_id: p.conv_id,
-      content_type: p.content_type, content: p.content,
-    });
+      content_type: p.content_type, content: p.wire || p.content,
+    };
+    if (p.mentions && p.mentions.length) frame.mentions = p.mentions;
+    if (p.mention_all) frame.mention_all = true;
+    if (p.reply_to != null) frame.reply_to = p.reply_to;
+    const ok = this.socket.send(frame);
     if (!ok) return; // flushed when the socket opens again
     this.ackTimers.set(p.client_msg_id, setTimeout(() => {
       const c = this.store.conv(p.conv_id, false);
@@ -424,7 +503,11 @@ export class Engine {
       this.received(target, [{
         conv_id: target.id, seq: f.seq, sender_id: p.sender_id, client_msg_id: p.client_msg_id,
         content_type: p.content_type, content: p.content, server_time: f.server_time, recalled: false,
+        mentions: p.mentions || [], mention_all: !!p.mention_all, reply_to: p.reply_to ?? null,
+        edited_at: null, reactions: [],
       }], true);
+      // an attachment's content is the server's (name, size, type, picture size)
+      if (p.wire) this.refetch(target, f.seq);
       this.store.changed('messages', target.id);
     } else if (f.code === 'unavailable') {
       setTimeout(() => this.transmit(p), 1000);
@@ -447,6 +530,113 @@ export class Engine {
     this.store.changed('messages', c.id);
   }
 
+  /** Edit my text message; the original shows the new text at once. */
+  async edit(c, seq, text) {
+    const r = await this.api.edit(c.id, seq, { text });
+    const m = c.msgs.get(seq);
+    if (m && !m.recalled && r && r.edited_at != null && r.edited_at >= (m.edited_at || 0)) {
+      m.content = { ...(m.content || {}), text };
+      m.edited_at = r.edited_at;
+      c.edits.set(seq, { at: r.edited_at, content: m.content });
+      if (c.lastMessage && c.lastMessage.seq === seq) c.lastMessage = c.edited({ ...c.lastMessage });
+    }
+    this.store.changed('messages', c.id);
+    return r;
+  }
+
+  /** Put (on) or take back (off) my reaction; the chips come from the server's copy. */
+  async react(c, seq, emoji, on) {
+    if (on) await this.api.react(c.id, seq, emoji);
+    else await this.api.unreact(c.id, seq, emoji);
+    await this.refetch(c, seq);
+  }
+
+  /**
+   * Read one message again (history begin=end=seq) and take its reactions and content.
+   * A reaction is committed before its notice is sent, so a read started after the
+   * notice arrived sees it: one read per message at a time, run again when another
+   * notice came meanwhile, so the last read always starts after the last notice.
+   */
+  refetch(c, seq) {
+    const key = `${c.id}|${seq}`;
+    if (this.refetching.has(key)) { this.refetchAgain.add(key); return this.refetching.get(key); }
+    const session = this.store.session;
+    const run = (async () => {
+      do {
+        this.refetchAgain.delete(key);
+        try {
+          const ans = await this.api.history(c.id, { begin: seq, end: seq, limit: 1 });
+          if (session !== this.store.session) return;
+          const m = (ans.messages || []).find((x) => x.seq === seq);
+          if (m) { c.refresh(m); this.store.changed('messages', c.id); }
+        } catch { /* the next notice or reload reads it again */ }
+      } while (this.refetchAgain.has(key) && this.running);
+    })();
+    this.refetching.set(key, run);
+    run.finally(() => { if (this.refetching.get(key) === run) this.refetching.delete(key); });
+    return run;
+  }
+
+  /**
+   * The original of a reply: {state: 'ok', m} from the messages held or one history read
+   * of that seq; 'unavailable' when I cannot see it (outside my window, recalled, or not
+   * returned); 'loading' while the read runs (the views re-render when it ends).
+   */
+  quote(c, seq) {
+    if (!Number.isInteger(seq) || seq < c.minSeq || seq < 1) return { state: 'unavailable' };
+    const held = c.msgs.get(seq);
+    if (held) return held.recalled || !COUNTABLE(held) ? { state: 'unavailable' } : { state: 'ok', m: held };
+    const q = c.quotes.get(seq);
+    if (q) {
+      if (q.state === 'ok' && (q.m.recalled || c.recalledSeqs.has(seq))) return { state: 'unavailable' };
+      return q;
+    }
+    c.quotes.set(seq, { state: 'loading' });
+    const session = this.store.session;
+    (async () => {
+      let answer = { state: 'unavailable' };
+      let failed = false;
+      for (let attempt = 0; ; attempt += 1) {
+        try {
+          const ans = await this.api.history(c.id, { begin: seq, end: seq, limit: 1 });
+          const m = (ans.messages || []).find((x) => x.seq === seq);
+          if (m && !m.recalled && COUNTABLE(m)) answer = { state: 'ok', m: c.edited({ ...m }) };
+          // handed out but not stored yet: ask again shortly
+          else if (!m && ans.max_seq < seq && attempt < GAP_RETRY_MS.length) { await sleep(GAP_RETRY_MS[attempt]); continue; }
+        } catch {
+          failed = true; // unavailable for now; asked again after a while
+        }
+        break;
+      }
+      if (session !== this.store.session) return;
+      c.quotes.set(seq, answer);
+      if (failed) setTimeout(() => { if (c.quotes.get(seq) === answer) c.quotes.delete(seq); }, QUOTE_RETRY_MS);
+      this.store.changed('messages', c.id);
+    })();
+    return { state: 'loading' };
+  }
+
+  // ---- presence ------------------------------------------------------------------
+
+  /** Friends' and single-chat peers' presence, the truth from GET /v1/presence. */
+  async loadPresence() {
+    const ids = new Set(this.store.friends.map((f) => f.user_id));
+    for (const c of this.store.convs.values()) if (c.type === 'single' && c.peerId != null) ids.add(c.peerId);
+    const all = [...ids].filter((u) => Number.isInteger(u) && u > 0);
+    const session = this.store.session;
+    for (let i = 0; i < all.length; i += PRESENCE_BATCH) {
+      const asked = this.presenceTick;
+      const ans = await this.api.presence(all.slice(i, i + PRESENCE_BATCH));
+      if (session !== this.store.session) return;
+      for (const p of ans || []) {
+        // a frame that came while this answer was on its way is newer: it stays
+        if ((this.presenceAt.get(p.user_id) || 0) > asked) continue;
+        this.store.presence.set(p.user_id, { online: p.online, last_seen: p.last_seen });
+      }
+    }
+    if (all.length) this.store.changed('presence');
+  }
+
   // ---- contacts and groups -------------------------------------------------------
 
   async loadFriends() {
@@ -454,9 +644,12 @@ export class Engine {
     if (now - this.friendsAt < 1000) return;
     this.friendsAt = now;
     const friends = await this.api.friends();
+    const before = JSON.stringify(this.store.friends.map((f) => f.user_id));
     this.store.friends = friends;
     for (const f of friends) this.store.learn(f.user_id, f.username);
     this.store.changed('friends');
+    // a new friend: no presence frame tells about it (docs/protocol.md §3), ask
+    if (JSON.stringify(friends.map((f) => f.user_id)) !== before) this.loadPresence().catch(() => {});
   }
 
   async loadRequests() {
@@ -488,6 +681,15 @@ export class Engine {
   async createGroup(name, ids) {
     const r = await this.api.createGroup(name, ids);
     this.kickSync();
+    return r;
+  }
+
+  /** Mute or pin (PUT settings); the answer is the server's word for this device. */
+  async setSettings(c, body) {
+    const r = await this.api.settings(c.id, body);
+    c.muted = !!r.muted;
+    c.pinned = !!r.pinned;
+    this.store.changed('settings', c.id);
     return r;
   }
 

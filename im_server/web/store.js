@@ -7,7 +7,12 @@
 
 const LOOKUP_RETRY_MS = 10000; // a lookup that failed (not a 404) is tried again after this
 
-export const COUNTABLE = (m) => m.content_type !== 'system' && m.content_type !== 'recall';
+// Notices ride the seq stream: a recall, an edit or a reaction changes another message.
+// They are never counted as unread and never shown as rows of their own.
+export const NOTICE_TYPES = new Set(['recall', 'edit', 'reaction']);
+export const COUNTABLE = (m) => m.content_type !== 'system' && !NOTICE_TYPES.has(m.content_type);
+// an edit or a reaction notice is no news for a preview
+const QUIET = (m) => m.content_type === 'edit' || m.content_type === 'reaction';
 
 export class Conv {
   constructor(id, meId) {
@@ -24,11 +29,14 @@ export class Conv {
     this.role = null;
     this.active = true;
     this.hidden = false;
+    this.muted = false;        // my settings (§5.5a): muted counts only mentions in the badge
+    this.pinned = false;       // pinned conversations are listed first
     this.known = false;        // a server state was applied
     this.minSeq = 1;
     this.maxSeq = 0;           // persisted end of my window, from the server
     this.readSeq = 0;
     this.unreadBase = 0;       // the server's unread count as of baseMax
+    this.mentionBase = 0;      // of those, the ones that mention me (or all)
     this.baseMax = 0;
     this.peerReadSeq = 0;
     this.peerDeliveredSeq = 0;
@@ -40,6 +48,9 @@ export class Conv {
     this.olderEnd = false;
     this.pending = new Map();  // client_msg_id -> local message not acked yet
     this.recalledSeqs = new Set();
+    this.edits = new Map();    // seq -> the newest edit notice seen {at, content}
+    this.staleReactions = new Set(); // held seqs whose reactions changed: refetch them
+    this.quotes = new Map();   // seq -> {state: 'loading'|'ok'|'unavailable', m?} (replies)
     this.receipts = new Map(); // seq -> read_count (groups, my messages)
     this.typing = new Map();   // user_id -> expiry (ms)
     this.members = null;       // [{user_id, role}] once fetched
@@ -56,17 +67,20 @@ export class Conv {
     if (st.active != null) this.active = !!st.active;
     if (st.peer_id != null) this.peerId = st.peer_id;
     this.hidden = !!st.hidden;
+    if (st.muted != null) this.muted = !!st.muted;
+    if (st.pinned != null) this.pinned = !!st.pinned;
     this.setWindow(st.min_seq, st.max_seq);
     const localRead = this.readSeq;
     this.readSeq = Math.max(this.readSeq, st.read_seq || 0);
     this.readReported = Math.max(this.readReported, st.read_seq || 0);
     this.unreadBase = st.unread || 0;
+    this.mentionBase = st.mention_unread || 0;
     // a read report of mine still on its way: the server's count is already stale
-    if (localRead > (st.read_seq || 0) && localRead >= (st.max_seq || 0)) this.unreadBase = 0;
+    if (localRead > (st.read_seq || 0) && localRead >= (st.max_seq || 0)) { this.unreadBase = 0; this.mentionBase = 0; }
     this.baseMax = Math.max(st.max_seq || 0, this.readSeq);
     if (st.peer_read_seq != null) this.peerReadSeq = Math.max(this.peerReadSeq, st.peer_read_seq);
     if (st.peer_delivered_seq != null) this.peerDeliveredSeq = Math.max(this.peerDeliveredSeq, st.peer_delivered_seq);
-    if (st.last_message !== undefined) this.lastMessage = st.last_message;
+    if (st.last_message !== undefined) this.lastMessage = st.last_message && this.edited(st.last_message);
     if (!this.segment) {
       // Start the segment just below the newest messages the state carries; older
       // ones are loaded when the user scrolls up.
@@ -114,18 +128,30 @@ export class Conv {
   /** Add messages; returns those not held before. */
   add(list) {
     const fresh = [];
+    const before = new Set(); // held before this batch: a batch's own copies are current
+    for (const m of list) if (m && this.msgs.has(m.seq)) before.add(m.seq);
     for (const m of list) {
       if (!m || typeof m.seq !== 'number' || m.seq < this.minSeq) continue;
       if (m.sender_id === this.meId && this.pending.has(m.client_msg_id)) this.pending.delete(m.client_msg_id);
       const held = this.msgs.get(m.seq);
       if (held) {
-        if (m.recalled && !held.recalled) { held.recalled = true; held.content = null; }
+        if (m.recalled && !held.recalled) { held.recalled = true; held.content = null; held.reactions = []; }
+        else if (!held.recalled && (m.edited_at || 0) > (held.edited_at || 0)) {
+          held.content = m.content;
+          held.edited_at = m.edited_at;
+        }
         continue;
       }
-      const msg = { ...m };
-      if (this.recalledSeqs.has(msg.seq)) { msg.recalled = true; msg.content = null; }
+      const msg = this.edited({ ...m });
+      if (this.recalledSeqs.has(msg.seq)) { msg.recalled = true; msg.content = null; msg.reactions = []; }
       this.msgs.set(msg.seq, msg);
       if (msg.content_type === 'recall' && msg.content && msg.content.seq) this.markRecalled(msg.content.seq);
+      if (msg.content_type === 'edit' && msg.content) this.applyEdit(msg);
+      if (msg.content_type === 'reaction' && msg.content) {
+        // the original's copy in this very batch was read after the reaction: current
+        const t = msg.content.seq;
+        if (before.has(t) || (this.msgs.has(t) && !list.some((x) => x && x.seq === t))) this.staleReactions.add(t);
+      }
       if (msg.sender_id != null) this.typing.delete(msg.sender_id);
       fresh.push(msg);
     }
@@ -136,10 +162,48 @@ export class Conv {
     return fresh;
   }
 
+  /** An edit notice: the original shows the new content, unless it holds a newer one. */
+  applyEdit(notice) {
+    const seq = notice.content.seq;
+    const at = notice.server_time || 0;
+    const known = this.edits.get(seq);
+    if (!known || known.at <= at) this.edits.set(seq, { at, content: notice.content.content });
+    const m = this.msgs.get(seq);
+    if (m) this.edited(m);
+    if (this.lastMessage && this.lastMessage.seq === seq) this.lastMessage = this.edited({ ...this.lastMessage });
+    const q = this.quotes.get(seq);
+    if (q && q.m) this.edited(q.m);
+  }
+
+  /** Bring a message up to the newest edit notice seen (a copy read before it came). */
+  edited(m) {
+    const e = this.edits.get(m.seq);
+    if (e && !m.recalled && e.at > (m.edited_at || 0) && e.content) {
+      m.content = e.content;
+      m.edited_at = e.at;
+    }
+    return m;
+  }
+
+  /** A copy of a held message read again (reactions, edits): the server's word. */
+  refresh(m) {
+    const held = this.msgs.get(m.seq);
+    for (const target of [held, this.quotes.get(m.seq)?.m]) {
+      if (!target) continue;
+      target.reactions = m.reactions || [];
+      if (m.recalled) { target.recalled = true; target.content = null; target.reactions = []; }
+      else if ((m.edited_at || 0) >= (target.edited_at || 0)) {
+        target.content = m.content;
+        target.edited_at = m.edited_at;
+      }
+      this.edited(target);
+    }
+  }
+
   markRecalled(seq) {
     this.recalledSeqs.add(seq);
     const m = this.msgs.get(seq);
-    if (m) { m.recalled = true; m.content = null; }
+    if (m) { m.recalled = true; m.content = null; m.reactions = []; }
     if (this.lastMessage && this.lastMessage.seq === seq) this.lastMessage = { ...this.lastMessage, recalled: true, content: null };
   }
 
@@ -165,6 +229,26 @@ export class Conv {
     return n;
   }
 
+  /** Does this message mention me (by id, or everyone)? */
+  mentionsMe(m) {
+    return m.sender_id !== this.meId && COUNTABLE(m)
+      && (!!m.mention_all || (Array.isArray(m.mentions) && m.mentions.includes(this.meId)));
+  }
+
+  get mentionUnread() {
+    const cut = Math.max(this.baseMax, this.readSeq);
+    let n = this.mentionBase;
+    for (const m of this.msgs.values()) if (m.seq > cut && this.mentionsMe(m)) n += 1;
+    return n;
+  }
+
+  /** What this conversation adds to the badge: its unread, or only its mentions when muted. */
+  get badge() {
+    const unread = this.unread;
+    if (!this.muted) return unread;
+    return unread > 0 ? Math.min(this.mentionUnread, unread) : 0;
+  }
+
   hasUnreadFromOthers() {
     if (this.unread > 0) return true;
     for (const m of this.msgs.values()) if (m.seq > this.readSeq && m.sender_id !== this.meId && COUNTABLE(m)) return true;
@@ -174,7 +258,7 @@ export class Conv {
   markRead(seq) {
     if (seq <= this.readSeq) return false;
     this.readSeq = seq;
-    if (seq >= this.baseMax) { this.unreadBase = 0; this.baseMax = seq; }
+    if (seq >= this.baseMax) { this.unreadBase = 0; this.mentionBase = 0; this.baseMax = seq; }
     return true;
   }
 
@@ -187,11 +271,11 @@ export class Conv {
 
   /** The newest message worth a preview (held or from the server state). */
   get latest() {
-    let best = this.lastMessage || null;
-    for (const m of this.msgs.values()) if (!best || m.seq > best.seq) best = m;
+    let best = this.lastMessage && !QUIET(this.lastMessage) ? this.lastMessage : null;
+    for (const m of this.msgs.values()) if (!QUIET(m) && (!best || m.seq > best.seq)) best = m;
     let newestPending = null;
     for (const p of this.pending.values()) if (!newestPending || p.created > newestPending.created) newestPending = p;
-    return newestPending || best;
+    return newestPending || best || this.lastMessage || null;
   }
 
   get lastActivity() {
@@ -218,6 +302,7 @@ export class Store extends EventTarget {
     this.convs = new Map();
     this.version = 0;
     this.connection = 'connecting';
+    this.presence = new Map();    // user_id -> {online, last_seen} (friends only; the server's word)
     this.openId = null;
     this.notice = null;
   }
@@ -294,16 +379,25 @@ export class Store extends EventTarget {
     return this.plainName(c.peerId);
   }
 
-  /** Visible conversations, newest activity first. */
+  /** Visible conversations: pinned first, then newest activity first within each part. */
   list() {
     return [...this.convs.values()]
       .filter((c) => c.known && (!c.hidden || c.id === this.openId))
-      .sort((a, b) => (b.lastActivity - a.lastActivity) || (b.createdAt - a.createdAt) || a.id.localeCompare(b.id));
+      .sort((a, b) => (b.pinned - a.pinned) || (b.lastActivity - a.lastActivity)
+        || (b.createdAt - a.createdAt) || a.id.localeCompare(b.id));
   }
 
   totalUnread() {
     let n = 0;
     for (const c of this.convs.values()) if (c.known) n += c.unread;
+    return n;
+  }
+
+  /** The app badge, by the server's rule (GET /v1/unread `badge`): unread over the
+   * conversations I did not mute plus mentions over those I muted. */
+  badge() {
+    let n = 0;
+    for (const c of this.convs.values()) if (c.known) n += c.badge;
     return n;
   }
 

@@ -1,7 +1,9 @@
 // The sidebar: who I am (and my id, to share), incoming friend requests, and the
-// conversation list with unread badges and last-message previews.
+// conversation list with unread badges ("@" while a message mentions me), last-message
+// previews, the peer's online dot in single chats, pinned first and a muted icon (a muted
+// conversation's count is dimmed; its "@" still shows).
 
-import { $, h, avatar, describe, fmtListTime, setText, cap } from './dom.js';
+import { $, h, avatar, describe, fmtListTime, presenceText, setDot, setText, cap } from './dom.js';
 
 export class ListView {
   constructor(store, engine, { onOpen, toast }) {
@@ -70,7 +72,35 @@ export class ListView {
     box.replaceChildren(...rows);
   }
 
+  /** Friends, online first, each with its dot; a click opens the chat. */
+  renderFriends() {
+    const s = this.store;
+    const box = $('#friends');
+    const friends = s.friends || [];
+    box.hidden = !friends.length;
+    const online = (f) => !!(s.presence.get(f.user_id) || {}).online;
+    const sorted = [...friends].sort((a, b) => (online(b) - online(a)) || a.username.localeCompare(b.username));
+    // the words go in the signature: "last seen 5 min ago" ages
+    const sig = JSON.stringify(sorted.map((f) => [f.user_id, f.username, f.conv_id, presenceText(s.presence.get(f.user_id))]));
+    if (box.dataset.sig === sig) return;
+    box.dataset.sig = sig;
+    const n = friends.filter(online).length;
+    setText($('#friends-online'), n ? `· ${n} online` : '');
+    $('#friend-list').replaceChildren(...sorted.map((f) => {
+      const dot = h('span', { class: 'presence-dot', 'data-testid': 'presence-dot' });
+      setDot(dot, s.presence.get(f.user_id));
+      return h('li', {},
+        h('button', {
+          type: 'button', class: 'friend', 'data-testid': 'friend', 'data-user-id': f.user_id, title: f.username,
+          onclick: () => { if (f.conv_id) this.onOpen(f.conv_id, { wait: true }); },
+        },
+        h('span', { class: 'av-wrap' }, avatar(f.username, f.user_id, 'sm'), dot),
+        h('span', { class: 'friend-name ellipsis' }, f.username)));
+    }));
+  }
+
   render() {
+    this.renderFriends();
     const list = this.store.list();
     const ul = $('#conv-list');
     $('#conv-empty').hidden = list.length > 0;
@@ -86,11 +116,12 @@ export class ListView {
       if (ul.children[i] !== li) ul.insertBefore(li, ul.children[i] || null);
     });
     for (const [id, li] of this.items) if (!seen.has(id)) { li.remove(); this.items.delete(id); }
-    const total = this.store.totalUnread();
+    // the badge (as GET /v1/unread): muted conversations count only their mentions
+    const badge = this.store.badge();
     const pill = $('#total-unread');
-    pill.hidden = total === 0;
-    setText(pill, String(total));
-    document.title = total ? `(${total}) im-server · chat` : 'im-server · chat';
+    pill.hidden = badge === 0;
+    setText(pill, String(badge));
+    document.title = badge ? `(${badge}) im-server · chat` : 'im-server · chat';
   }
 
   build(c) {
@@ -99,10 +130,14 @@ export class ListView {
       h('div', { class: 'conv-main' },
         h('div', { class: 'conv-top' },
           h('span', { class: 'conv-title', 'data-testid': 'conv-title' }),
+          h('span', { class: 'conv-flag pinned-flag', 'data-testid': 'pinned-icon', role: 'img', title: 'Pinned', 'aria-label': 'Pinned', hidden: true }),
+          h('span', { class: 'conv-flag muted-flag', 'data-testid': 'muted-icon', role: 'img', title: 'Muted', 'aria-label': 'Muted', hidden: true }),
           h('span', { class: 'conv-time' })),
         h('div', { class: 'conv-bottom' },
           h('span', { class: 'conv-preview', 'data-testid': 'conv-preview' }),
+          h('span', { class: 'badge mention', 'data-testid': 'mention-badge', title: 'You were mentioned', hidden: true }, '@'),
           h('span', { class: 'badge', 'data-testid': 'unread-badge', hidden: true }))));
+    li.dot = h('span', { class: 'presence-dot', 'data-testid': 'presence-dot', hidden: true });
     li.addEventListener('click', () => this.onOpen(c.id));
     li.addEventListener('keydown', (e) => { if (e.key === 'Enter') this.onOpen(c.id); });
     return li;
@@ -116,9 +151,10 @@ export class ListView {
     const av = li.querySelector('.conv-avatar');
     const key = `${title}|${c.type}`;
     if (av.dataset.key !== key) {
-      av.replaceChildren(avatar(title, c.type === 'group' ? c.id : c.peerId, c.type === 'group' ? 'group' : ''));
+      av.replaceChildren(avatar(title, c.type === 'group' ? c.id : c.peerId, c.type === 'group' ? 'group' : ''), li.dot);
       av.dataset.key = key;
     }
+    setDot(li.dot, c.type === 'single' ? s.presence.get(c.peerId) : null);
     setText(li.querySelector('.conv-title'), title);
     const m = c.latest;
     let preview = '';
@@ -137,10 +173,19 @@ export class ListView {
     setText(prev, preview);
     prev.classList.toggle('is-typing', c.typing.size > 0);
     setText(li.querySelector('.conv-time'), fmtListTime(c.lastActivity));
-    const badge = li.querySelector('.badge');
+    const badge = li.querySelector('[data-testid="unread-badge"]');
     const unread = c.unread;
+    const mentionBadge = li.querySelector('.badge.mention');
+    const mentions = unread > 0 ? c.mentionUnread : 0;
+    mentionBadge.hidden = mentions === 0;
+    mentionBadge.setAttribute('title', mentions === 1 ? 'You were mentioned' : `You were mentioned ${mentions} times`);
     badge.hidden = unread === 0;
     setText(badge, unread > 99 ? '99+' : String(unread));
     li.classList.toggle('has-unread', unread > 0);
+    li.classList.toggle('is-muted', c.muted);
+    li.dataset.muted = String(c.muted);
+    li.dataset.pinned = String(c.pinned);
+    li.querySelector('[data-testid="muted-icon"]').hidden = !c.muted;
+    li.querySelector('[data-testid="pinned-icon"]').hidden = !c.pinned;
   }
 }

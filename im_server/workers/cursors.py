@@ -19,7 +19,7 @@ from im_server.errors import ImError, unavailable
 from im_server.services import notify
 from im_server.storage import cursors
 from im_server.storage.cursors import CursorResult
-from im_server.storage.db import next_version_txn
+from im_server.storage.db import next_version_txn, now_ms
 
 log = logging.getLogger("im_server.cursors")
 Key = tuple[str, str, int]  # kind, conv_id, user_id
@@ -175,10 +175,12 @@ class CursorBatcher:
         results: dict[Key, CursorResult] = {}
         async with self.ctx.db.begin() as conn:
             version = await next_version_txn(conn)
+            s = self.ctx.settings
+            due = now_ms() + int(s.push_badge_coalesce_seconds * 1000) if s.push_enabled else None
             for kind, rows in by_kind.items():
-                for res in await cursors.advance(conn, kind, rows, version):
+                for res in await cursors.advance(conn, kind, rows, version, badge_due=due):
                     results[(kind, res.conv_id, res.user_id)] = res
-        return results
+        return results  # badge rows are due later: the pusher's poll finds them
 
     def _changed(self, user_ids: set[int]) -> None:
         """Wake the long polls of users whose sync state moved."""

@@ -18,7 +18,7 @@ from im_server.context import Context
 from im_server.services import edits, notify, recall
 from im_server.storage import edits as edit_store
 from im_server.storage import messages
-from im_server.storage.messages import NewMessage
+from im_server.storage.messages import NewMessage, Persisted
 from im_server.storage.redis import keys
 
 log = logging.getLogger("im_server.persister")
@@ -178,11 +178,13 @@ class Persister:
 
     async def _write(
         self, batch: list[NewMessage], here: set[tuple[str, int]], blank: list[tuple[str, int]]
-    ) -> tuple[int, int]:
+    ) -> Persisted:
         if self._pg is None or self._pg.is_closed():
             self._pg = await asyncpg.connect(self.ctx.settings.database_dsn, timeout=5)
         try:
-            return await messages.persist_batch(self._pg, batch, here, blank)
+            return await messages.persist_batch(
+                self._pg, batch, here, blank, push=self.ctx.settings.push_enabled
+            )
         except asyncpg.DataError:
             raise
         except BaseException:
@@ -219,16 +221,16 @@ class Persister:
         here: set[tuple[str, int]],
         blank: list[tuple[str, int]],
         err: Exception,
-    ) -> tuple[int, int]:
+    ) -> Persisted:
         """A batch the database refused as data (not as an outage): write it row by row
         so one bad entry cannot hold the others back; a row refused on its own is stored
         with its content replaced, keeping its seq, sender and client_msg_id (an acked
         message is never dropped), and counted."""
         log.error("persister: batch of %d refused (%r); writing it row by row", len(batch), err)
-        version = inserted = 0
+        version = inserted = pushed = 0
         for m in batch:
             try:
-                version, n = await self._write([m], here, blank)
+                version, n, p = await self._write([m], here, blank)
             except asyncpg.DataError as e:
                 metrics.PERSIST_POISON.inc()
                 log.error(
@@ -246,9 +248,10 @@ class Persister:
                     '{"unstorable": true}',
                     m.server_time,
                 )
-                version, n = await self._write([stub], here, blank)
+                version, n, p = await self._write([stub], here, blank)
             inserted += n
-        return version, inserted
+            pushed += p
+        return Persisted(version, inserted, pushed)
 
     async def _check_conflicts(self, batch: list[NewMessage]) -> None:
         """Rows skipped by ON CONFLICT are normally replays (already stored, same seq). A
@@ -274,13 +277,15 @@ class Persister:
         if batch:
             blank = recall.blanking(batch)
             try:
-                version, inserted = await self._write(batch, blank.in_batch, blank.earlier)
+                version, inserted, pushed = await self._write(batch, blank.in_batch, blank.earlier)
             except asyncpg.DataError as e:
-                version, inserted = await self._write_one_by_one(
+                version, inserted, pushed = await self._write_one_by_one(
                     batch, blank.in_batch, blank.earlier, e
                 )
             now_ms = time.time() * 1000
             metrics.PERSISTED.inc(inserted)
+            if pushed:  # wake this process's pusher only when there is something to push
+                self.ctx.push_due.set()
             metrics.PERSIST_BATCH.observe(len(batch))
             for m in batch:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))

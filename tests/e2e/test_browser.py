@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import expect  # in the test extras
 
+from tests.e2e.pages import conv_item, message, my_message, send, shot, uname
 from tests.support import PASSWORD
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,14 +36,6 @@ STATUS_RECORDER = """() => {
 }"""
 
 
-def uname(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:6]}"
-
-
-async def shot(page: Any, shots: Path, name: str) -> None:
-    await page.screenshot(path=str(shots / f"{name}.png"))
-
-
 async def register(page: Any, url: str, username: str) -> int:
     await page.goto(url + "/")
     await expect(page.get_by_test_id("auth-screen")).to_be_visible()
@@ -54,31 +46,6 @@ async def register(page: Any, url: str, username: str) -> int:
     await expect(my_id).to_have_text(re.compile(r"my id: \d+"))
     await expect(page.get_by_test_id("offline-banner")).to_be_hidden()
     return int(await my_id.get_attribute("data-user-id"))
-
-
-async def send(page: Any, text: str) -> None:
-    box = page.get_by_test_id("composer")
-    await box.fill(text)
-    await box.press("Enter")
-    await expect(my_message(page, text)).to_have_attribute("data-seq", re.compile(r"\d+"))
-
-
-def my_message(page: Any, text: str) -> Any:
-    return page.locator('[data-testid="message"][data-mine="true"]').filter(
-        has=page.get_by_test_id("message-text").get_by_text(text, exact=True)
-    )
-
-
-def message(page: Any, text: str) -> Any:
-    return page.get_by_test_id("message").filter(
-        has=page.get_by_test_id("message-text").get_by_text(text, exact=True)
-    )
-
-
-def conv_item(page: Any, title: str) -> Any:
-    return page.get_by_test_id("conv-item").filter(
-        has=page.get_by_test_id("conv-title").get_by_text(title, exact=True)
-    )
 
 
 async def rest_user(http: httpx.AsyncClient, username: str) -> tuple[int, dict[str, str]]:

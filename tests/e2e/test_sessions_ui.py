@@ -8,7 +8,6 @@ Screenshots of each step go to ``test-artifacts/screenshots/``."""
 from __future__ import annotations
 
 import re
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 from playwright.async_api import expect  # in the test extras
 
+from tests.e2e.pages import log_in, shot, uname
 from tests.support import PASSWORD
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,30 +29,12 @@ NEW_PASSWORD = "a brand new passphrase"
 REVOKED = [(401, "/v1/")]
 
 
-def uname(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:6]}"
-
-
-async def shot(page: Any, shots: Path, name: str) -> None:
-    await page.screenshot(path=str(shots / f"{name}.png"))
-
-
 async def create_user(url: str) -> str:
     username = uname("dana")
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         r = await http.post("/v1/users", json={"username": username, "password": PASSWORD})
         r.raise_for_status()
     return username
-
-
-async def log_in(page: Any, username: str, password: str = PASSWORD) -> None:
-    """On the login screen: log in and wait for the chat screen, connected."""
-    await expect(page.get_by_test_id("auth-screen")).to_be_visible()
-    await page.get_by_test_id("auth-username").fill(username)
-    await page.get_by_test_id("auth-password").fill(password)
-    await page.get_by_test_id("login-btn").click()
-    await expect(page.get_by_test_id("my-id")).to_have_text(re.compile(r"my id: \d+"))
-    await expect(page.get_by_test_id("offline-banner")).to_be_hidden()
 
 
 async def device(page: Any) -> str:

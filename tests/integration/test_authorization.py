@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import pytest
 
 from im_server.client import ApiError, Client, Connection, group_conv_id, single_conv_id
 from im_server.storage.redis import keys as redis_keys
-from tests.support import PASSWORD, Stores, befriend, new_user, rds
+from tests.support import PASSWORD, Stores, befriend, new_user, pg, rds
 from tests.support import persisted as _persisted
 
 UNKNOWN_GROUP = 2**62 + 4242
@@ -54,7 +55,12 @@ class World:
     after_kick_seq: int = 0  # O's message in G after the kick
     a_msg_ab: int = 0  # A's message in s:A:B
     req_id: int = 0  # P -> A, pending
+    a_pushkey: str = ""  # A's push registration (A's first session)
     k_version: int = 0  # K's sync version right after the kick
+    ab_upload: str = ""  # A's file, sent in s:A:B
+    a_unsent: str = ""  # A's upload never sent
+    g_upload: str = ""  # O's picture in G before the kick (K saw it)
+    g_upload_after: str = ""  # O's file in G after the kick (K did not)
     end: dict[str, int] = field(default_factory=dict)  # allocated end per conversation
     cursors: dict[tuple[str, str], int] = field(default_factory=dict)  # (user, conv) -> read_seq
     hist: dict[str, list[int]] = field(default_factory=dict)  # seqs at setup, full view
@@ -102,6 +108,9 @@ async def world(server: Any, stores: Stores) -> Any:
         w.a_msg_ab = await _send(A, w.ab, "ab-1")
         await _send(B, w.ab, "ab-2")
         await _send(A, w.ab, "ab-3")
+        w.ab_upload = await A.upload(b"A's file", "text/plain", "a.txt")
+        assert (await A.send_rest(w.ab, {"upload_id": w.ab_upload}, "file"))["ok"]
+        w.a_unsent = await A.upload(b"A's draft", "text/plain", "draft.txt")
         for conv, peer in ((w.ar1, R1), (w.ar2, R2), (w.ax, X)):
             await _send(A, conv, "from A")
             await _send(peer, conv, "to A")
@@ -112,23 +121,29 @@ async def world(server: Any, stores: Stores) -> Any:
         w.o_msg_g = await _send(O, w.g, "g-1")
         await _send(A, w.g, "g-2")
         w.k_own_seq = await _send(K, w.g, "g-3 from K")
+        w.g_upload = await O.upload(b"O's file before the kick", "text/plain", "o1.txt")
+        assert (await O.send_rest(w.g, {"upload_id": w.g_upload}, "file"))["ok"]
         await _send(O, w.g, "g-4")
         w.kick_seq = await _send(B, w.g, "g-5")
         await _persisted(O, w.g, w.kick_seq)
         await O.kick(w.gid, w.uid("K"))
         w.k_version = int((await K.sync(since=0))["version"])
         w.after_kick_seq = await _send(O, w.g, "g-after-kick")
+        w.g_upload_after = await O.upload(b"O's file after the kick", "text/plain", "o2.txt")
+        assert (await O.send_rest(w.g, {"upload_id": w.g_upload_after}, "file"))["ok"]
         last = await _send(A, w.g, "g-after-kick-2")
         await _persisted(O, w.g, last)
 
         for conv, c in ((w.ab, A), (w.ar1, A), (w.ar2, A), (w.ax, A)):
-            await _persisted(c, conv, 2 if conv != w.ab else 3)
+            await _persisted(c, conv, 2 if conv != w.ab else 4)
 
         # one-sided removals, a block, a pending request to A
         await A.remove_friend(w.uid("R1"))
         await R2.remove_friend(w.uid("A"))
         await A.block(w.uid("X"))
         w.req_id = await P.request_friend(w.uid("A"))
+        w.a_pushkey = secrets.token_hex(32)
+        await A.register_push(PUSH_APP, w.a_pushkey, "apns")
 
         # the other user's token: Z's token on a client that believes it is A
         w.users["other"] = Client(url, token=Z.token, user_id=A.user_id)
@@ -243,6 +258,15 @@ async def a_state_intact(w: World) -> None:
     assert _seqs(page)[0] == 1 and page["max_seq"] == w.end[w.ab], page
 
 
+async def settings_intact(w: World) -> None:
+    """Nobody's muted / pinned moved: a refused settings call changes nothing, and an
+    allowed one (K on the group it was kicked from) changes K's row alone."""
+    for name, key in (("A", "ab"), ("B", "ab"), ("O", "g"), ("A", "g"), ("B", "g")):
+        conv = getattr(w, key)
+        st = (await _states(w.users[name]))[conv]
+        assert (st["muted"], st["pinned"]) == (False, False), f"{name}'s settings of {conv}: {st}"
+
+
 async def nothing_visible(w: World, name: str) -> None:
     """The actor's own lists name none of the conversations it is not in."""
     c = w.users[name]
@@ -259,6 +283,45 @@ async def a_sessions_intact(w: World) -> None:
     assert (await w.A.me())["user_id"] == w.uid("A")
     devices = [r["device_id"] for r in await w.A.sessions()]
     assert w.A.device_id in devices, f"A's session is gone: {devices}"
+
+
+PUSH_APP = "com.example.authz"
+
+
+def upload_of(name: str, which: str, tail: str = "") -> Callable[[World], Awaitable[Any]]:
+    """GET /v1/uploads/{upload}{tail} as ``name``, answered as JSON (``redirect=false``)."""
+
+    def run(w: World) -> Awaitable[Any]:
+        path = f"/v1/uploads/{getattr(w, which)}{tail}"
+        return w.users[name].request("GET", path, params={"redirect": "false"})
+
+    return run
+
+
+async def got_link(w: World, res: Any) -> None:
+    assert set(res) == {"url", "expires_at"} and res["url"].startswith("http"), res
+
+
+async def a_upload_unsent(w: World) -> None:
+    """A's unsent upload is still A's alone, and still unsent."""
+    async with pg(w.stores) as db:
+        sent = await db.fetchval("SELECT sent_at FROM uploads WHERE upload_id = $1", w.a_unsent)
+    assert sent is None, "a refused send made A's upload sent"
+
+
+async def a_push_intact(w: World) -> None:
+    """A's push registration is still there, A's alone."""
+    got = await w.A.push_registrations()
+    want = {"app_id": PUSH_APP, "pushkey": w.a_pushkey, "platform": "apns"}
+    assert got == [{**want, "device_id": w.A.device_id}], f"A's push registration: {got}"
+
+
+async def only_own_push(w: World, actor: str, rows: Any) -> None:
+    """The list is the actor's own: none of A's registrations, only its own devices."""
+    client = w.users["Z" if actor == "other" else actor]
+    assert all(r["device_id"] == client.device_id for r in rows), rows
+    assert w.a_pushkey not in [r["pushkey"] for r in rows], f"{actor} sees A's: {rows}"
+    await a_push_intact(w)
 
 
 async def only_own_sessions(w: World, actor: str, rows: Any) -> None:
@@ -391,12 +454,17 @@ def conv_path(key: str, tail: str = "") -> Callable[[World], str]:
     return p
 
 
-def send_body() -> dict[str, Any]:
-    return {"client_msg_id": uuid.uuid4().hex, "content_type": "text", "content": {"text": "x"}}
+def send_body(content_type: str = "text", content: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "client_msg_id": uuid.uuid4().hex,
+        "content_type": content_type,
+        "content": content if content is not None else {"text": "x"},
+    }
 
 
 NOT_MEMBER = (403, "not_member")
 EDIT_BODY = {"content": {"text": "edited"}}
+SETTINGS_BODY = {"muted": True, "pinned": True}
 THUMBS = "%F0%9F%91%8D"  # the path segment of 👍
 NOT_FOUND = (404, "not_found")
 FORBIDDEN = (403, "forbidden")
@@ -432,6 +500,13 @@ def conv_cells(
         ),
         Case(actor, f"POST clear {label}", R(actor, "POST", conv_path(key, "/clear")), expect),
         Case(actor, f"DELETE (hide) {label}", R(actor, "DELETE", conv_path(key)), expect),
+        Case(
+            actor,
+            f"PUT settings {label}",
+            R(actor, "PUT", conv_path(key, "/settings"), json=SETTINGS_BODY),
+            expect,
+            settings_intact,
+        ),
         Case(
             actor,
             f"POST recall {label}",
@@ -623,8 +698,9 @@ async def k_state(w: World, states: Any) -> None:
     assert s["active"] is False, s
     assert s["max_seq"] == w.kick_seq, s
     assert s["last_message"]["seq"] <= w.kick_seq, s
-    # K sent kick_seq-2; then O (kick_seq-1) and B (kick_seq): 2 unread, nothing after
-    assert s["unread"] == 2, s
+    # K sent kick_seq-3; then O's file (kick_seq-2), O (kick_seq-1) and B (kick_seq): 3
+    # unread, nothing after
+    assert s["unread"] == 3, s
 
 
 async def k_sync(w: World, res: Any) -> None:
@@ -644,8 +720,8 @@ async def k_sync_since(w: World, res: Any) -> None:
 
 
 async def k_unread(w: World, res: Any) -> None:
-    want = [{"conv_id": w.g, "unread": 2, "mention_unread": 0}]
-    assert res == {"total": 2, "conversations": want}, res
+    want = [{"conv_id": w.g, "unread": 3, "mention_unread": 0}]
+    assert res == {"total": 3, "badge": 3, "conversations": want}, res
 
 
 async def k_read_clamped(w: World, res: Any) -> None:
@@ -698,6 +774,12 @@ async def remover_lists(w: World, remover: str, conv: str) -> None:
 async def nonremover_lists(w: World, name: str, conv: str) -> None:
     s = (await _states(w.users[name]))[conv]
     assert s["min_seq"] == 1 and s["max_seq"] == w.end[conv], s
+
+
+async def k_settings(w: World, res: Any) -> None:
+    assert res == {"conv_id": w.g, "muted": True, "pinned": False}, res
+    st = (await _states(w.K))[w.g]
+    assert (st["active"], st["muted"]) == (False, True), st
 
 
 def check(fn: Callable[[World], Awaitable[None]]) -> Callable[[World], Awaitable[Any]]:
@@ -834,6 +916,19 @@ def _cases() -> list[Case]:
         ),
         Case(
             "Z",
+            "PUT settings unknown group",
+            R("Z", "PUT", conv_path("g:unknown", "/settings"), json=SETTINGS_BODY),
+            NOT_FOUND,
+        ),
+        Case(
+            "Z",
+            "PUT settings s:Z:A (never friends)",
+            R("Z", "PUT", conv_path("za", "/settings"), json=SETTINGS_BODY),
+            NOT_FOUND,
+            settings_intact,
+        ),
+        Case(
+            "Z",
             "POST send unknown group",
             lambda w: w.Z.request("POST", conv_path("g:unknown", "/messages")(w), json=send_body()),
             NOT_MEMBER,
@@ -874,13 +969,52 @@ def _cases() -> list[Case]:
         ),
         Case(
             "Z",
+            "GET /v1/push/registrations lists its own only",
+            lambda w: w.Z.push_registrations(),
+            lambda w, rows: only_own_push(w, "Z", rows),
+        ),
+        Case(
+            "Z",
+            "DELETE /v1/push/registration removes Z's, not A's",
+            lambda w: w.Z.unregister_push(),
+            _ok,
+            a_push_intact,
+        ),
+        Case(
+            "Z",
             "GET /v1/users/lookup A: the public profile only",
             lambda w: w.Z.lookup_user(w.A.username or ""),
             a_public_profile,
         ),
+        Case("Z", "GET upload sent in s:A:B", upload_of("Z", "ab_upload"), NOT_FOUND),
+        Case("Z", "GET upload sent in G", upload_of("Z", "g_upload"), NOT_FOUND),
+        Case(
+            "Z",
+            "GET thumbnail of an upload sent in G",
+            upload_of("Z", "g_upload", "/thumbnail"),
+            NOT_FOUND,
+        ),
+        Case("Z", "GET A's unsent upload", upload_of("Z", "a_unsent"), NOT_FOUND),
+        Case(
+            "Z",
+            "POST send a file naming A's upload (not Z's: refused before the rights)",
+            lambda w: w.Z.request(
+                "POST",
+                conv_path("za", "/messages")(w),
+                json=send_body("file", {"upload_id": w.a_unsent}),
+            ),
+            (400, "bad_request"),
+            a_upload_unsent,
+        ),
     ]
 
     # ---------------- K: kicked member ----------------
+    cs += [
+        Case("K", "GET upload sent in G before the kick", upload_of("K", "g_upload"), got_link),
+        Case(
+            "K", "GET upload sent in G after the kick", upload_of("K", "g_upload_after"), NOT_FOUND
+        ),
+    ]
     cs += [
         Case(
             "K",
@@ -1025,6 +1159,13 @@ def _cases() -> list[Case]:
             "K", "WS send s:A:B", ws_send("K", "ab"), ack_refused("not_member"), unchanged_in("ab")
         ),
         accept_cell("K"),
+        Case(
+            "K",
+            "PUT settings G (allowed: G is still in K's list), K's row alone",
+            lambda w: w.K.conversation_settings(w.g, muted=True),
+            k_settings,
+            settings_intact,
+        ),
     ]
     cs += group_cells("K", lambda w: w.gid, NOT_MEMBER)
 
@@ -1243,6 +1384,26 @@ def _cases() -> list[Case]:
         ),
         Case(
             "other",
+            "PUT /v1/push/registration ties it to Z's session, not A's",
+            lambda w: w.users["other"].register_push(PUSH_APP, "z-" + w.a_pushkey, "fcm"),
+            _ok,
+            a_push_intact,
+        ),
+        Case(
+            "other",
+            "GET /v1/push/registrations lists Z's, not A's",
+            lambda w: w.users["other"].push_registrations(),
+            lambda w, rows: only_own_push(w, "other", rows),
+        ),
+        Case(
+            "other",
+            "DELETE /v1/push/registration removes Z's, not A's",
+            lambda w: w.users["other"].unregister_push(),
+            _ok,
+            a_push_intact,
+        ),
+        Case(
+            "other",
             "PUT /v1/me/password changes Z's, not A's",
             lambda w: w.users["other"].change_password(PASSWORD, PASSWORD),
             _ok,
@@ -1269,6 +1430,27 @@ def _cases() -> list[Case]:
             ws_err("other", lambda w: {"type": "read", "conv_id": w.ab, "seq": 1}),
             error_frame("not_member"),
         ),
+    ]
+
+    # ---------------- B: member of G and A's friend, with A's uploads ----------------
+    cs += [
+        Case("B", "GET A's upload sent to B", upload_of("B", "ab_upload"), got_link),
+        Case(
+            "B", "GET upload sent in G after the kick", upload_of("B", "g_upload_after"), got_link
+        ),
+        Case("B", "GET A's unsent upload", upload_of("B", "a_unsent"), NOT_FOUND),
+        Case(
+            "B",
+            "POST send a file naming A's unsent upload in s:A:B",
+            lambda w: w.B.request(
+                "POST",
+                conv_path("ab", "/messages")(w),
+                json=send_body("file", {"upload_id": w.a_unsent}),
+            ),
+            (400, "bad_request"),
+            a_upload_unsent,
+        ),
+        Case("B", "the conversation after B's refused file", check(unchanged_in("ab")), _ok),
     ]
 
     # ---------------- B: plain member doing admin things ----------------
@@ -1390,6 +1572,11 @@ def _cases() -> list[Case]:
         )
     ]
 
+    cs += [
+        Case("other", "GET A's upload sent in s:A:B", upload_of("other", "ab_upload"), NOT_FOUND),
+        Case("other", "GET A's unsent upload", upload_of("other", "a_unsent"), NOT_FOUND),
+    ]
+
     # ---------------- garbage / forged / revoked / missing token ----------------
     rest = [
         ("GET history s:A:B", "GET", conv_path("ab", "/messages"), None, None),
@@ -1397,6 +1584,7 @@ def _cases() -> list[Case]:
         ("POST read s:A:B", "POST", conv_path("ab", "/read"), {"seq": BIG}, None),
         ("POST clear s:A:B", "POST", conv_path("ab", "/clear"), None, None),
         ("DELETE (hide) s:A:B", "DELETE", conv_path("ab"), None, None),
+        ("PUT settings s:A:B", "PUT", conv_path("ab", "/settings"), SETTINGS_BODY, None),
         ("POST recall s:A:B", "POST", conv_path("ab", "/messages/1/recall"), None, None),
         ("GET receipts s:A:B", "GET", conv_path("ab", "/messages/1/receipts"), None, None),
         ("POST edit s:A:B", "POST", conv_path("ab", "/messages/1/edit"), EDIT_BODY, None),
@@ -1473,14 +1661,35 @@ def _cases() -> list[Case]:
             None,
             {"username": "alice"},
         ),
+        (
+            "PUT push/registration",
+            "PUT",
+            lambda w: "/v1/push/registration",
+            {"app_id": PUSH_APP, "pushkey": "taken-over", "platform": "apns"},
+            None,
+        ),
+        ("DELETE push/registration", "DELETE", lambda w: "/v1/push/registration", None, None),
+        ("GET push/registrations", "GET", lambda w: "/v1/push/registrations", None, None),
+        (
+            "POST uploads",
+            "POST",
+            lambda w: "/v1/uploads",
+            {"content_type": "text/plain", "size": 10},
+            None,
+        ),
+        ("GET upload", "GET", lambda w: f"/v1/uploads/{w.ab_upload}", None, None),
+        ("GET thumbnail", "GET", lambda w: f"/v1/uploads/{w.g_upload}/thumbnail", None, None),
     ]
     thens: dict[str, Callable[[World], Awaitable[None]]] = {
         "POST send s:A:B": unchanged_in("ab"),
         "POST edit s:A:B": unchanged_in("ab"),
         "PUT reaction s:A:B": unchanged_in("ab"),
+        "PUT settings s:A:B": settings_intact,
         "POST leave G": members_intact,
         "DELETE member G": members_intact,
         "POST accept request": request_still_pending,
+        "PUT push/registration": a_push_intact,
+        "DELETE push/registration": a_push_intact,
     }
 
     async def a_token_alive(w: World) -> None:
@@ -1512,6 +1721,9 @@ def _cases() -> list[Case]:
                 "PUT me/password",
                 "GET users/lookup A",
                 "GET presence",
+                "PUT push/registration",
+                "DELETE push/registration",
+                "GET push/registrations",
             ):
                 cs.append(
                     Case(

@@ -124,10 +124,10 @@ async def test_kill9_postgres_under_load(root: Path) -> None:
 
 
 async def test_redis_replaced_by_an_empty_one_under_load(root: Path) -> None:
-    """Redis killed and its AOF deleted: an EMPTY Redis comes back on the same port. New
-    seqs start above every old one, resends of persisted client_msg_ids answer duplicate
-    with their first seq. Acked messages still only in the deleted stream are gone with
+    """Redis killed and its AOF folder deleted: an EMPTY Redis comes back on the same port.
+    New seqs start above every old one, resends of persisted client_msg_ids answer
+    duplicate with their first seq. Acked messages still only in the deleted stream are gone with
     it (``wiped``, reported); any other missing one is a loss."""
     res = await run_scenario("redis-empty", root, TEST_PARAMS)
-    assert "deleted appendonly.aof" in res.killed, res.killed
+    assert "deleted appendonlydir" in res.killed, res.killed
     check(res)

@@ -6,32 +6,16 @@ concurrency; window rules; notices never unread."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
-from tests.support import ServerProcess, Stores, eventually, new_user, pg, rds
+from tests.support import Make, ServerProcess, Stores, eventually, new_user, pg, rds
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
-
-Make = Callable[..., Awaitable[Client]]
-
-
-@pytest.fixture
-async def make(url: str) -> AsyncIterator[Make]:
-    made: list[Client] = []
-
-    async def _make(prefix: str = "u", base: str | None = None) -> Client:
-        c = await new_user(base or url, prefix)
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        await c.aclose()
 
 
 async def _expect(call: Awaitable[Any], status: int, code: str) -> None:
@@ -140,8 +124,8 @@ async def test_edit_refusals(pair: tuple[Client, Client, str]) -> None:
     await _expect(alice.edit(conv, seq, {"image": "x"}), 400, "bad_request")
     await _expect(alice.edit(conv, seq, "x" * 20000), 413, "too_large")
     await _expect(alice.edit(conv, 10**12, "far"), 404, "not_found")
-    # a non-text message takes any object
-    ack = await alice.send_rest(conv, {"url": "a.png"}, content_type="image")
+    # a message of another type (not a picture or file) takes any object
+    ack = await alice.send_rest(conv, {"url": "a.png"}, content_type="sticker")
     res = await alice.edit(conv, ack["seq"], {"url": "b.png"})
     assert (await _msg(bob, conv, ack["seq"]))["content"] == {"url": "b.png"}, res
     # notices cannot be edited, nor reacted to

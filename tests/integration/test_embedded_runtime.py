@@ -1,4 +1,5 @@
-"""Real embedded PostgreSQL + Redis: restart, crash recovery, leftovers of a previous run."""
+"""Real embedded PostgreSQL + Valkey: restart, crash recovery, leftovers of a previous run,
+AOF repair, and the AOF of the Redis 6.2 of earlier versions."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from im_server.runtime.embedded import (
     start_redis,
     wait_for_port,
 )
+from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
+from tests.support import wait_aof_rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -243,10 +246,18 @@ def test_previous_run_left_alive(tmp_path: Path, stoppers: list[Callable[[], Non
     assert rget(r, "k") == b"x"
 
 
+def last_increment(r: EmbeddedRedis) -> Path:
+    """The AOF file Valkey appends to: the last ``type i`` file of its manifest."""
+    manifest = (r.data_dir / AOF_DIR / AOF_MANIFEST).read_text()
+    names = [ln.split()[1] for ln in manifest.splitlines() if ln.endswith(" type i")]
+    assert names, manifest
+    return r.data_dir / AOF_DIR / names[-1]
+
+
 @pytest.mark.parametrize(
     "tail",
     [
-        pytest.param(b"garbage\x00\xff\r\n", id="garbage"),  # needs redis-check-aof --fix
+        pytest.param(b"garbage\x00\xff\r\n", id="garbage"),  # needs valkey-check-aof --fix
         pytest.param(b"*3\r\n$3\r\nSET\r\n$1\r\nz\r\n$5\r\nab", id="truncated"),
     ],
 )
@@ -255,19 +266,123 @@ def test_half_written_aof(tmp_path: Path, stoppers: list[Callable[[], None]], ta
     stoppers.append(r.stop)
     for i in range(50):
         rset(r, f"k{i}", str(i))
+    # A rewrite: the keys so far go into a snapshot of Valkey's own (an RDB opening with
+    # "VALKEY", which the check tool cannot read), the rest into a new increment.
+    c = rclient(r)
+    try:
+        c.bgrewriteaof()
+        wait_aof_rewrite(c)
+    finally:
+        c.close()
+    for i in range(50, 60):
+        rset(r, f"k{i}", str(i))
     r.kill()
-    aof = r.data_dir / "appendonly.aof"
+    aof = last_increment(r)
+    base = [f for f in (r.data_dir / AOF_DIR).iterdir() if f.name.endswith(".base.rdb")]
+    assert len(base) == 1 and base[0].read_bytes().startswith(b"VALKEY")
+    base_bytes = base[0].read_bytes()
     with open(aof, "ab") as fh:
         fh.write(tail)
 
     r = start_redis(tmp_path / "redis")
     stoppers.append(r.stop)
-    assert [rget(r, f"k{i}") for i in (0, 49)] == [b"0", b"49"]
+    assert [rget(r, f"k{i}") for i in (0, 49, 50, 59)] == [b"0", b"49", b"50", b"59"]
     assert rget(r, "z") is None
+    assert base[0].read_bytes() == base_bytes  # the snapshot is never touched
     rset(r, "after", "1")
     r.stop()
     r = start_redis(tmp_path / "redis")
     stoppers.append(r.stop)
+    assert rget(r, "after") == b"1" and rget(r, "k59") == b"59"
+
+
+def test_a_damaged_snapshot_is_not_cut(tmp_path: Path, stoppers: list[Callable[[], None]]) -> None:
+    """Only the end of the last AOF file is ever repaired: a base snapshot that does not
+    load is an error with Valkey's own words, and the file is left as it was."""
+    r = start_redis(tmp_path / "redis", appendfsync="always")
+    stoppers.append(r.stop)
+    rset(r, "k", "v")
+    r.stop()
+    base = next(f for f in (r.data_dir / AOF_DIR).iterdir() if f.name.endswith(".base.rdb"))
+    damaged = base.read_bytes()[:-12] + b"garbage\x00\xff\r\n"
+    base.write_bytes(damaged)
+    with pytest.raises(EmbeddedRuntimeError, match="Valkey exited with status"):
+        start_redis(tmp_path / "redis")
+    assert base.read_bytes() == damaged
+
+
+def _resp(*args: str) -> bytes:
+    """One command as an AOF holds it (RESP)."""
+    out = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+# What Redis 6.2 wrote to its single appendonly.aof (the embedded server of earlier
+# versions): the keys im-server keeps, as the commands 6.2 logs for them (SELECT first,
+# expiries as absolute PEXPIREAT, a stream with its consumer group).
+REDIS_62_AOF = b"".join(
+    [
+        _resp("SELECT", "0"),
+        _resp("SET", "im:seq:{p0}:s:1:2", "41"),
+        _resp("HSET", "im:conv:{p0}:s:1:2", "max", "41", "epoch", "run-1"),
+        _resp("SET", "im:dd:{p0}:1:c1", "41"),
+        _resp("PEXPIREAT", "im:dd:{p0}:1:c1", "4102444800000"),
+        _resp("XADD", "im:stream:{p0}", "1700000000000-0", "m", "payload"),
+        _resp("XGROUP", "CREATE", "im:stream:{p0}", "persist", "0"),
+        _resp("ZADD", "im:lp", "1", "7"),
+        _resp("SADD", "im:nodes", "gw1"),
+    ]
+)
+
+
+def _assert_62_keys(r: EmbeddedRedis) -> None:
+    c = rclient(r)
+    try:
+        assert c.get("im:seq:{p0}:s:1:2") == b"41"
+        assert c.hgetall("im:conv:{p0}:s:1:2") == {b"max": b"41", b"epoch": b"run-1"}
+        assert c.get("im:dd:{p0}:1:c1") == b"41"
+        assert c.pexpiretime("im:dd:{p0}:1:c1") == 4102444800000
+        assert c.xrange("im:stream:{p0}") == [(b"1700000000000-0", {b"m": b"payload"})]
+        assert [g["name"] for g in c.xinfo_groups("im:stream:{p0}")] == [b"persist"]
+        assert c.zscore("im:lp", "7") == 1.0
+        assert c.smembers("im:nodes") == {b"gw1"}
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b"", id="whole"),
+        pytest.param(b"garbage\x00\xff\r\n", id="garbage"),
+        pytest.param(b"*3\r\n$3\r\nSET\r\n$1\r\nz\r\n$5\r\nab", id="truncated"),
+    ],
+)
+def test_a_redis_62_aof_loads_in_place(
+    tmp_path: Path, stoppers: list[Callable[[], None]], tail: bytes
+) -> None:
+    """A folder of an earlier version: one ``appendonly.aof`` as Redis 6.2 wrote it, maybe
+    with the broken end of a crash. Valkey moves it into its AOF folder as the base file,
+    everything in it loads, and from then on it is an AOF like any other."""
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    (folder / AOF_FILE).write_bytes(REDIS_62_AOF + tail)
+
+    r = start_redis(folder)
+    stoppers.append(r.stop)
+    _assert_62_keys(r)
+    assert rget(r, "z") is None
+    assert not (folder / AOF_FILE).exists()
+    moved = folder / AOF_DIR / AOF_FILE
+    assert moved.read_bytes() == REDIS_62_AOF  # a broken end cut off, nothing else
+    rset(r, "after", "1")
+    r.kill()
+    r = start_redis(folder)
+    stoppers.append(r.stop)
+    _assert_62_keys(r)
     assert rget(r, "after") == b"1"
 
 

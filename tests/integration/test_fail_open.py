@@ -19,15 +19,16 @@ import redis.asyncio as aioredis
 
 from im_server.client import ApiError
 from im_server.runtime.embedded import start_postgres
-from tests.support import ServerProcess, Stores, befriend, eventually, new_user, persisted, rds
-
-
-def _failures(url: str) -> float:
-    text = httpx.get(url + "/metrics").text
-    for line in text.splitlines():
-        if line.startswith("im_permission_lookup_failures_total "):
-            return float(line.split()[1])
-    return 0.0
+from tests.support import (
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    metric,
+    new_user,
+    persisted,
+    rds,
+)
 
 
 async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None:
@@ -41,12 +42,12 @@ async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None
         assert first["ok"]
         r = aioredis.Redis.from_url(stores.redis.url, decode_responses=True)
         await r.delete(f"im:perm:{{{conv}}}")  # the cached answer is gone: a lookup is needed
-        before = _failures(srv.url)
+        before = metric(srv.url, "im_permission_lookup_failures_total")
         port = stores.pg.port
         stores.pg.stop()
         ack = await ca.send(conv, "while the database is down")
         assert ack["ok"] is True and ack["seq"] == first["seq"] + 1
-        assert _failures(srv.url) >= before + 1
+        assert metric(srv.url, "im_permission_lookup_failures_total") >= before + 1
         assert "letting the send through" in srv.log_tail(200)
         # the process stays up, says it is not ready, and answers reads with 503 at once
         assert (await asyncio.to_thread(httpx.get, srv.url + "/healthz")).status_code == 200
@@ -106,7 +107,7 @@ async def test_group_send_is_refused_when_membership_cannot_be_checked(tmp_path:
         await persisted(owner, conv, end)
         ck, cm = await kicked.connect(), await member.connect()
         async with rds(stores) as r:
-            before = _failures(srv.url)
+            before = metric(srv.url, "im_permission_lookup_failures_total")
             # stopped: the lookup fails at once
             await r.delete(f"im:perm:{{{conv}}}")
             port = stores.pg.port
@@ -124,7 +125,7 @@ async def test_group_send_is_refused_when_membership_cannot_be_checked(tmp_path:
                 took = time.monotonic() - t0
             assert refused["ok"] is False and refused["code"] == "unavailable", refused
             assert took < 10, took
-            assert _failures(srv.url) >= before + 3
+            assert metric(srv.url, "im_permission_lookup_failures_total") >= before + 3
             assert "refusing the send" in srv.log_tail(400)
 
         # nothing of it was stored or took a seq; rights come back with the database

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import asyncpg
@@ -16,28 +16,11 @@ import httpx
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
-from tests.support import PASSWORD, ServerProcess, Stores, eventually, new_user
+from tests.support import PASSWORD, Make, ServerProcess, Stores, eventually, new_user
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
 
 UNKNOWN_GROUP = 2**62 + 777
-
-Make = Callable[..., Awaitable[Client]]
-
-
-@pytest.fixture
-async def make(url: str) -> AsyncIterator[Make]:
-    """Register users on the shared server; all closed at the end of the test."""
-    made: list[Client] = []
-
-    async def _make(prefix: str = "u", base: str | None = None) -> Client:
-        c = await new_user(base or url, prefix)
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        await c.aclose()
 
 
 async def _api_error(call: Awaitable[Any]) -> ApiError:

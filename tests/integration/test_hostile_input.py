@@ -341,6 +341,7 @@ class Env:
     mine: str
     foreign: str  # bob <-> carol: alice is not in it
     extra: dict[str, Any] = field(default_factory=dict)
+    accepted: dict[str, dict[str, Any]] = field(default_factory=dict)  # client_msg_id -> ack
 
     def resolve(self, obj: Any) -> Any:
         if isinstance(obj, str):
@@ -401,6 +402,10 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
             return Expect(
                 "ack", frozenset({"bad_request"}), must_refuse=True, why=",".join(defects)
             )
+        if frame["client_msg_id"] in env.accepted:
+            # a repeat of an accepted send: the contract answers the first send's ack
+            # (wherever this one was going), or a refusal the checks made first
+            return Expect("ack", SEND_REFUSALS, why="repeat")
         if conv in (env.foreign, f"g:{MAX_ID}"):
             return Expect("ack", SEND_REFUSALS - {"not_friends"}, must_refuse=True, why="not mine")
         if conv != env.mine:
@@ -524,6 +529,9 @@ async def test_any_frame_gets_an_answer_and_keeps_the_socket(
             assert ev["ok"] is False, (where, ev)
         if ev["ok"] is False:
             assert ev["code"] in exp.codes, (where, ev)
+        else:
+            first = env.accepted.setdefault(ev["client_msg_id"], ev)
+            assert (first["conv_id"], first["seq"]) == (ev["conv_id"], ev["seq"]), (where, ev)
     try:
         await conn.ping(timeout=5)
     except Exception as e:
@@ -903,6 +911,7 @@ BODY_FIELDS: dict[str, list[str]] = {
     "send": ["client_msg_id", "content_type", "content"],
     "edit": ["content"],
     "read": ["seq"],
+    "settings": ["muted", "pinned"],
     "password": ["old_password", "new_password"],
     "none": [],
 }
@@ -927,6 +936,7 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("POST", "/v1/conversations/{conv}/read", "read", ()),
     ("POST", "/v1/conversations/{conv}/clear", "none", ()),
     ("DELETE", "/v1/conversations/{conv}", "none", ()),
+    ("PUT", "/v1/conversations/{conv}/settings", "settings", ()),
     ("POST", "/v1/conversations/{conv}/messages/{id}/recall", "none", ()),
     ("GET", "/v1/conversations/{conv}/messages/{id}/receipts", "none", ()),
     ("POST", "/v1/conversations/{conv}/messages/{id}/edit", "edit", ()),

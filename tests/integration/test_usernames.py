@@ -256,7 +256,9 @@ async def test_migration_keeps_colliding_legacy_users(tmp_path: Path) -> None:
         finally:
             await db.close()
 
-        srv = ServerProcess(env={"IM_DATABASE_URL": pgs.url, "IM_REDIS_URL": rds.url}).start()
+        srv = ServerProcess(
+            env={"IM_DATABASE_URL": pgs.url, "IM_REDIS_URL": rds.url}, data_dir=tmp_path
+        ).start()
         older = await Client.login(srv.url, "alice", "older-password")
         newer = await Client.login(srv.url, "Alice", "newer-password")
         upper = await Client.login(srv.url, "ALICE", "older-password")

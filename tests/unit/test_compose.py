@@ -23,7 +23,7 @@ def _compose() -> dict:
 
 def test_stores_have_healthchecks_and_servers_wait_for_them() -> None:
     services = _compose()["services"]
-    for store in ("postgres", "redis"):
+    for store in ("postgres", "redis", "s3"):
         assert services[store]["healthcheck"]["test"], store
     assert "--appendonly" in services["redis"]["command"]
     servers = [n for n, s in services.items() if s.get("build")]
@@ -32,10 +32,12 @@ def test_stores_have_healthchecks_and_servers_wait_for_them() -> None:
         deps = services[name]["depends_on"]
         assert deps["postgres"]["condition"] == "service_healthy"
         assert deps["redis"]["condition"] == "service_healthy"
+        assert deps["s3"]["condition"] == "service_healthy"
         assert deps["migrate"]["condition"] == "service_completed_successfully"
         env = services[name]["environment"]
         assert env["IM_DATABASE_URL"].startswith("postgresql+asyncpg://")
         assert env["IM_REDIS_URL"].startswith("redis://")
+        assert env["IM_S3_ENDPOINT"] == "http://s3:8333"
     names = {
         services[n]["environment"]["IM_NODE_NAME"] for n in ("gateway1", "gateway2", "persister")
     }
@@ -75,13 +77,19 @@ def test_docker_compose_config_accepts_the_file() -> None:
         and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
     )
     if has_compose:
-        env = {**os.environ, "POSTGRES_PASSWORD": "pw1", "REDIS_PASSWORD": "pw2"}
+        env = {
+            **os.environ,
+            "POSTGRES_PASSWORD": "pw1",
+            "REDIS_PASSWORD": "pw2",
+            "S3_ACCESS_KEY": "key1key1",
+            "S3_SECRET_KEY": "secret-secret-secret",
+        }
         r = subprocess.run(
             [docker, "compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True, env=env
         )
         assert r.returncode == 0, r.stderr
     else:  # no compose plugin on this machine: the YAML checks above are what runs
-        assert _compose()["volumes"].keys() >= {"pgdata", "redisdata"}
+        assert _compose()["volumes"].keys() >= {"pgdata", "redisdata", "s3data"}
 
 
 def test_no_secret_in_the_files_and_every_store_asks_for_one() -> None:
@@ -99,13 +107,33 @@ def test_no_secret_in_the_files_and_every_store_asks_for_one() -> None:
     assert cmd[cmd.index("--requirepass") + 1].startswith("${REDIS_PASSWORD:?")
     assert "im:im@" not in text
     example = (ROOT / ".env.example").read_text()
-    for var in ("POSTGRES_PASSWORD", "REDIS_PASSWORD"):
+    for var in ("POSTGRES_PASSWORD", "REDIS_PASSWORD", "S3_ACCESS_KEY", "S3_SECRET_KEY"):
         assert re.search(rf"^{var}=$", example, re.M), var
     assert ".env" in (ROOT / ".gitignore").read_text().split()
-    # only the proxy is reachable from outside, so the gateways may believe its
-    # X-Forwarded-For (login throttling by client address)
-    assert [n for n, s in services.items() if s.get("ports")] == ["proxy"]
+    # only the proxy (and the S3 port clients upload to) is reachable from outside; the
+    # gateways are behind the proxy, so they may believe its X-Forwarded-For (login
+    # throttling by client address)
+    assert [n for n, s in services.items() if s.get("ports")] == ["s3", "proxy"]
     assert env["IM_FORWARDED_ALLOW_IPS"] == "*"
+
+
+def test_s3_store_asks_for_keys_and_clients_get_its_published_address() -> None:
+    """The S3 store's keys come from the environment like the passwords; the servers
+    sign with the same ones, talk to it on the compose network, and hand clients URLs of
+    the port it publishes."""
+    services = _compose()["services"]
+    s3 = services["s3"]
+    assert s3["environment"]["AWS_ACCESS_KEY_ID"].startswith("${S3_ACCESS_KEY:?")
+    assert s3["environment"]["AWS_SECRET_ACCESS_KEY"].startswith("${S3_SECRET_KEY:?")
+    assert "-master.telemetry=false" in s3["command"] and s3["command"][0] == "mini"
+    assert "-webdav=false" in s3["command"] and "-admin.ui=false" in s3["command"]
+    env = services["gateway1"]["environment"]
+    assert env["IM_S3_ACCESS_KEY"].startswith("${S3_ACCESS_KEY:?")
+    assert env["IM_S3_SECRET_KEY"].startswith("${S3_SECRET_KEY:?")
+    outside, inside = s3["ports"][0].split(":")
+    assert inside == env["IM_S3_ENDPOINT"].rsplit(":", 1)[1] == "8333"
+    public = re.fullmatch(r"\$\{IM_S3_PUBLIC_ENDPOINT:-(\S+)\}", env["IM_S3_PUBLIC_ENDPOINT"])
+    assert public is not None and public.group(1) == f"http://localhost:{outside}"
 
 
 def test_image_runs_as_a_user_and_proxies_log_no_query_strings() -> None:
@@ -124,3 +152,31 @@ def test_image_runs_as_a_user_and_proxies_log_no_query_strings() -> None:
         # the client made up
         assert "$proxy_add_x_forwarded_for" not in text, conf
         assert "proxy_set_header X-Forwarded-For $remote_addr;" in text, conf
+
+
+def _uncommented(text: str, first: str) -> str:
+    """The commented block that starts with ``# <first>``, uncommented."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"# {first}")
+    indent = lines[start].index("#")
+    block = []
+    for line in lines[start:]:
+        if not line.strip().startswith("#"):
+            break
+        block.append(" " * indent + line[indent + 2 :])
+    return "\n".join(block)
+
+
+def test_the_commented_sygnal_service_and_its_config_hold_together() -> None:
+    """Uncommented, the push gateway service mounts deploy/sygnal.yaml, publishes no port,
+    and listens where the commented IM_PUSH_GATEWAY_URL points; the config's apps are
+    APNs and FCM ones."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    service = yaml.safe_load(_uncommented(text, "sygnal:"))["sygnal"]
+    assert "ports" not in service
+    mounts = dict(v.split(":")[:2] for v in service["volumes"])
+    assert service["environment"]["SYGNAL_CONF"] == mounts["./deploy/sygnal.yaml"]
+    conf = yaml.safe_load((ROOT / "deploy" / "sygnal.yaml").read_text())
+    url = re.search(r"# IM_PUSH_GATEWAY_URL: (\S+)", text)
+    assert url is not None and url.group(1) == f"http://sygnal:{conf['http']['port']}"
+    assert {app["type"] for app in conf["apps"].values()} == {"apns", "gcm"}

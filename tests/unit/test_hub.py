@@ -331,6 +331,26 @@ async def test_add_and_remove_report_first_and_last_connection() -> None:
     assert hub.count == 0 and hub.by_user == {} and hub.all() == []
 
 
+async def test_devices_of_a_user_here() -> None:
+    """What the presence tracker records per user: its devices with a socket here, and
+    the count per device that decides when a device's first or last socket changed."""
+    hub = Hub()
+    rec = Recorder()
+    phone1, phone2 = Conn(1, "phone", b"t", rec.send, 9), Conn(1, "phone", b"t", rec.send, 9)
+    laptop, other = Conn(1, "laptop", b"u", rec.send, 9), Conn(2, "phone", b"v", rec.send, 9)
+    for c in (phone1, phone2, laptop, other):
+        hub.add(c)
+    assert hub.user_devices(1) == {"phone", "laptop"} and hub.user_devices(2) == {"phone"}
+    assert hub.device_connections(1, "phone") == 2 and hub.device_connections(1, "laptop") == 1
+    hub.remove(phone1)
+    assert hub.device_connections(1, "phone") == 1 and hub.user_devices(1) == {"phone", "laptop"}
+    hub.remove(phone2)
+    assert hub.device_connections(1, "phone") == 0 and hub.user_devices(1) == {"laptop"}
+    hub.remove(laptop)
+    assert hub.user_devices(1) == set() and hub.device_connections(1, "laptop") == 0
+    assert hub.user_devices(3) == set() and hub.device_connections(3, "x") == 0
+
+
 async def test_deliver_reaches_every_device_and_counts() -> None:
     hub = Hub()
     s1, s2, s3 = Recorder(), Recorder(), Recorder()

@@ -6,7 +6,13 @@ import pytest
 
 from im_server.errors import ImError
 from im_server.services.presence import MAX_USER_IDS, check_user_ids
-from im_server.storage.redis.replies import ScriptReplyError, parse_offlines, parse_user_ids
+from im_server.storage.redis.replies import (
+    ScriptReplyError,
+    join_devices,
+    parse_live_devices,
+    parse_offlines,
+    parse_user_ids,
+)
 
 
 def test_user_ids_in_order_without_repeats() -> None:
@@ -57,3 +63,25 @@ def test_script_answers() -> None:
     for bad in (None, ["1"], ["1", "x"]):
         with pytest.raises(ScriptReplyError):
             parse_offlines(bad)
+
+
+def test_devices_entry_round_trip() -> None:
+    """A node's entry in a user's devices hash: sorted, space-joined, "" for none (the
+    script's "no connection here"); read back only for live nodes."""
+    assert join_devices({"phone", "a:b.c-d_e"}) == "a:b.c-d_e phone"
+    assert join_devices(set()) == ""
+    raw = {"n1": join_devices({"phone", "laptop"}), "n2": "tablet", "dead": "watch"}
+    assert parse_live_devices(raw, {"n1", "n2", "elsewhere"}) == {"phone", "laptop", "tablet"}
+    assert parse_live_devices(raw, {"n2"}) == {"tablet"}
+    assert parse_live_devices(raw, set()) == set()
+    assert parse_live_devices({}, {"n1"}) == set()
+    # the same device on two live nodes counts once
+    assert parse_live_devices({"n1": "phone", "n2": "phone"}, {"n1", "n2"}) == {"phone"}
+
+
+def test_devices_entry_bad_shapes() -> None:
+    for bad in (None, [], "phone", 1):
+        with pytest.raises(ScriptReplyError):
+            parse_live_devices(bad, {"n1"})
+    with pytest.raises(ScriptReplyError):
+        parse_live_devices({"n1": 5}, {"n1"})

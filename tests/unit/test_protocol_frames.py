@@ -148,9 +148,17 @@ def test_bad_send_fields(change: dict[str, Any], message: str) -> None:
     assert err.client_msg_id == change.get("client_msg_id", "a-1")  # as sent, for the ack
 
 
-def test_any_content_type_other_than_text_takes_any_object() -> None:
-    frame = parse_client_frame(json.dumps({**SEND, "content_type": "image", "content": {}}))
+def test_any_content_type_other_than_text_and_attachments_takes_any_object() -> None:
+    frame = parse_client_frame(json.dumps({**SEND, "content_type": "sticker", "content": {}}))
     assert isinstance(frame, SendFrame) and frame.content == {}
+
+
+def test_a_picture_or_file_names_an_upload() -> None:
+    for ctype in ("image", "file"):
+        with pytest.raises(FrameError, match="upload_id"):
+            parse_client_frame(json.dumps({**SEND, "content_type": ctype, "content": {}}))
+    ok = {**SEND, "content_type": "file", "content": {"upload_id": "A" * 22, "caption": "c"}}
+    assert isinstance(parse_client_frame(json.dumps(ok)), SendFrame)
 
 
 def test_the_first_bad_field_in_contract_order_is_named() -> None:

@@ -48,6 +48,7 @@ def test_strict_bodies() -> None:
         ({"type": "bool_type", "loc": ("body", "user_ids", 0)}, 400),
         ({"type": "missing", "loc": ("body", "seq")}, 422),
         ({"type": "json_invalid", "loc": ("body", 7)}, 422),
+        ({"type": "bad_value", "loc": ("body",)}, 400),  # a rule over several fields
         ({"type": "model_attributes_type", "loc": ("body",)}, 422),
         ({"type": "missing", "loc": ("body",)}, 422),
         ({"type": "int_parsing", "loc": ("path", "user_id")}, 422),
@@ -96,6 +97,8 @@ def test_response_models_are_exact() -> None:
         "mention_unread": 0,
         "last_message": None,
         "version": 311,
+        "muted": False,
+        "pinned": True,
         "peer_id": 2,
         "peer_read_seq": 5,
         "peer_delivered_seq": 5,
@@ -103,6 +106,8 @@ def test_response_models_are_exact() -> None:
     assert SingleState.model_validate(state).model_dump() == state
     with pytest.raises(ValidationError):
         SingleState.model_validate({**state, "group_id": 7})
+    with pytest.raises(ValidationError):
+        SingleState.model_validate({k: v for k, v in state.items() if k != "muted"})
 
 
 def test_absent_fields_stay_absent() -> None:

@@ -21,6 +21,8 @@ def test_the_layout() -> None:
     assert keys.stream(3) == "im:stream:{p3}"
     assert keys.persister_lease(3) == "im:plk:{p3}"
     assert keys.user_channel(9) == "im:u:9"
+    assert keys.presence_user(9) == "im:pu:9"
+    assert keys.presence_devices(9) == "im:pd:9"
 
 
 def _tag(key: str) -> str:

@@ -204,7 +204,7 @@ class Rig:
         if sc in ("redis", "redis-empty"):
             pid = self.stores.redis.pid()
             self.stores.redis.kill()
-            what = f"redis-server (pid {pid}, port {self.stores.redis.port})"
+            what = f"valkey-server (pid {pid}, port {self.stores.redis.port})"
             if sc == "redis-empty":
                 d = self.stores.root / "redis"
                 removed = []

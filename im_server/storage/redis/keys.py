@@ -34,7 +34,17 @@ PRESENCE_PENDING = "im:pq"  # zset user_id -> due (ms): offlines not announced y
 PRESENCE_USER = "im:pu:"  # + user_id: set of the nodes holding a connection of the user
 PRESENCE_NODE = "im:ph:"  # + node: set of the users with a connection on that node
 LAST_SEEN = "im:ls:"  # + user_id: ms when the user's last connection closed (long TTL)
-PRESENCE_PIECES = (PRESENCE_NODES, PRESENCE_PENDING, PRESENCE_USER, PRESENCE_NODE, LAST_SEEN)
+# + user_id: hash node -> the user's device ids with an open socket on that node, joined
+# by spaces (device ids never hold one); counts only while the node is live, like the above
+PRESENCE_DEVICES = "im:pd:"
+PRESENCE_PIECES = (
+    PRESENCE_NODES,
+    PRESENCE_PENDING,
+    PRESENCE_USER,
+    PRESENCE_NODE,
+    LAST_SEEN,
+    PRESENCE_DEVICES,
+)
 
 # the templates the send script builds its per-send keys from, and their pieces in its
 # ARGV order: dedupe (3 pieces: around sender and client_msg_id), seq, perm, perm epoch
@@ -90,6 +100,10 @@ def presence_user(user_id: int) -> str:
 
 def presence_node(node: str) -> str:
     return PRESENCE_NODE + node
+
+
+def presence_devices(user_id: int) -> str:
+    return PRESENCE_DEVICES + str(user_id)
 
 
 def last_seen(user_id: int) -> str:

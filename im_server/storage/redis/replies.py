@@ -6,6 +6,7 @@ which is a bug, not a store failure."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -156,3 +157,24 @@ def parse_offlines(raw: object) -> list[tuple[int, int]]:
         return [(int(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
     except (TypeError, ValueError) as e:
         raise ScriptReplyError(f"presence_sweep: expected integers, got {raw!r:.200}") from e
+
+
+def join_devices(devices: Iterable[str]) -> str:
+    """A node's entry in a user's devices hash: the device ids, sorted, joined by spaces
+    (a device id never holds one); "" for none."""
+    return " ".join(sorted(devices))
+
+
+def parse_live_devices(raw: object, live: set[str]) -> set[str]:
+    """A user's devices hash (``HGETALL``: node -> devices joined by spaces) read down to
+    the devices with an open socket on a live node; a dead node's entry is skipped (the
+    sweep removes it later)."""
+    if not isinstance(raw, dict):
+        raise ScriptReplyError(f"presence devices: expected a hash, got {raw!r:.200}")
+    out: set[str] = set()
+    for node, devices in raw.items():
+        if node in live:
+            if not isinstance(devices, str):
+                raise ScriptReplyError(f"presence devices: expected text, got {devices!r:.200}")
+            out.update(devices.split())
+    return out

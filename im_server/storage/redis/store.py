@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,14 @@ from redis.backoff import NoBackoff
 from im_server.storage.redis import keys
 from im_server.storage.redis.replies import (
     ScriptReplyError,
+    SendDuplicate,
     SendResult,
     dedupe_value,
+    join_devices,
+    parse_dedupe_value,
     parse_flag,
     parse_int_pair,
+    parse_live_devices,
     parse_offlines,
     parse_send,
     parse_user_ids,
@@ -197,6 +202,11 @@ class RedisStore:
             ex=self.dedupe_ttl,
         )
 
+    async def get_dedupe(self, sender_id: int, client_msg_id: str) -> SendDuplicate | None:
+        """Where (sender, client_msg_id) went, if Redis remembers it."""
+        raw = await self.client.get(keys.dedupe(sender_id, client_msg_id))
+        return None if raw is None else parse_dedupe_value(raw)
+
     # ---- boot marker / cold dedupe window -------------------------------------------------
 
     async def boot_run_id(self) -> str | None:
@@ -356,16 +366,21 @@ class RedisStore:
     # ---- presence ---------------------------------------------------------------------------
 
     async def presence_set(
-        self, node: str, users: list[tuple[int, bool]], grace_ms: int, last_seen_ttl_ms: int
+        self,
+        node: str,
+        users: Sequence[tuple[int, Collection[str]]],
+        grace_ms: int,
+        last_seen_ttl_ms: int,
     ) -> list[int]:
-        """Record (user, has a connection here) for this node (``presence_set.lua``); the
-        users that went online everywhere and are to be announced."""
+        """Record (user, its devices with a connection here; none: it has none here) for
+        this node (``presence_set.lua``); the users that went online everywhere and are to
+        be announced."""
         if not users:
             return []
         args: list[str | int] = [*keys.PRESENCE_PIECES, node, _now_ms(), grace_ms]
         args.append(last_seen_ttl_ms)
-        for user_id, here in users:
-            args.extend((user_id, "1" if here else "0"))
+        for user_id, devices in users:
+            args.extend((user_id, join_devices(devices)))
         return parse_user_ids(await self._presence_set(keys=[], args=args), "presence_set")
 
     async def presence_beat(self, node: str, ttl_ms: int) -> bool:
@@ -408,6 +423,27 @@ class RedisStore:
             online = not live.isdisjoint(nodes)
             out.append((online, None if online or seen is None else int(seen)))
         return out
+
+    async def connected_devices(self, user_ids: Collection[int]) -> dict[int, set[str]]:
+        """Per user asked: its device ids with at least one open WebSocket on a live node
+        (an empty set for none). One round trip per ``DEVICES_CHUNK`` users (a pipeline
+        of the live nodes and each user's devices hash)."""
+        ids = list(dict.fromkeys(user_ids))
+        out: dict[int, set[str]] = {}
+        for i in range(0, len(ids), DEVICES_CHUNK):
+            chunk = ids[i : i + DEVICES_CHUNK]
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zrangebyscore(keys.PRESENCE_NODES, _now_ms() + 1, "+inf")
+            for u in chunk:
+                pipe.hgetall(keys.presence_devices(u))
+            r = await pipe.execute()
+            live = set(r[0])
+            for u, raw in zip(chunk, r[1:], strict=True):
+                out[u] = parse_live_devices(raw, live)
+        return out
+
+
+DEVICES_CHUNK = 500  # users per round trip of ``connected_devices``
 
 
 def _now_ms() -> int:

@@ -1,14 +1,16 @@
 -- Run by every node's presence job: take over the entries of dead nodes, then hand out
 -- the offlines that are due. Atomic, so each offline is announced by one node only.
--- ARGV[1..5] key pieces (keys.PRESENCE_PIECES), as in presence_set.lua
--- ARGV[6] now (ms), ARGV[7] last_seen TTL (ms), ARGV[8] at most this many users per call
+-- ARGV[1..6] key pieces (keys.PRESENCE_PIECES), as in presence_set.lua
+-- ARGV[7] now (ms), ARGV[8] last_seen TTL (ms), ARGV[9] at most this many users per call
 --         (from dead nodes, and again of due offlines), so one call stays short
 -- A dead node is one whose expiry in the nodes zset has passed: each of its users that no
--- live node holds gets last_seen = now and an offline due now. The node leaves the zset
+-- live node holds gets last_seen = now and an offline due now; the dead node's field goes
+-- from each of its users' devices hashes (readers skip it already). The node leaves the zset
 -- once its set is empty.
 -- Returns the due offlines: {user_id, last_seen, user_id, last_seen, ...}.
 local nodes, pending, upre, npre, lpre = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now, ttl, budget = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+local dpre = ARGV[6]
+local now, ttl, budget = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 
 local function any_live(ukey)
   for _, m in ipairs(redis.call('SMEMBERS', ukey)) do
@@ -29,8 +31,9 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', nodes, '-inf', now, 'LIMIT', 0
   for _, user in ipairs(redis.call('SPOP', nkey, budget)) do
     local ukey = upre .. user
     redis.call('SREM', ukey, dead)
+    redis.call('HDEL', dpre .. user, dead)
     if not any_live(ukey) then
-      redis.call('SET', lpre .. user, ARGV[6], 'PX', ttl)
+      redis.call('SET', lpre .. user, ARGV[7], 'PX', ttl)
       redis.call('ZADD', pending, now, user)
     end
     budget = budget - 1
@@ -44,6 +47,6 @@ local out = {}
 for _, user in ipairs(redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'LIMIT', 0, max)) do
   redis.call('ZREM', pending, user)
   out[#out + 1] = user
-  out[#out + 1] = redis.call('GET', lpre .. user) or ARGV[6]
+  out[#out + 1] = redis.call('GET', lpre .. user) or ARGV[7]
 end
 return out
