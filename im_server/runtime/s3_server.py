@@ -339,6 +339,29 @@ def _s3_answers(port: int) -> int | None:
         conn.close()
 
 
+def volumes_known(master_port: int) -> int | None:
+    """How many volumes the master knows from its volume servers, or None (no data node
+    has registered yet, or the master does not answer)."""
+    conn = http.client.HTTPConnection(HOST, master_port, timeout=1.0)
+    try:
+        conn.request("GET", "/dir/status")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return None
+        topology = json.loads(resp.read()).get("Topology", {})
+        nodes = [
+            node
+            for dc in topology.get("DataCenters") or []
+            for rack in dc.get("Racks") or []
+            for node in rack.get("DataNodes") or []
+        ]
+        return sum(int(node.get("Volumes", 0)) for node in nodes) if nodes else None
+    except (OSError, http.client.HTTPException, ValueError, AttributeError, TypeError):
+        return None
+    finally:
+        conn.close()
+
+
 def _spawn_weed(
     s3_dir: Path, args: list[str], user: StoreUser, log_fd: int
 ) -> subprocess.Popen[bytes]:
@@ -398,7 +421,10 @@ def start_s3(
     finally:
         os.close(log_fd)
     write_private(s3_dir / "weed.pid", f"{proc_.pid}\n", user)
+    on_disk = len(list((s3_dir / "data").glob("*.dat")))
     deadline = time.monotonic() + START_TIMEOUT
+    status: int | None = None
+    known: int | None = None
     while True:
         if proc_.poll() is not None:
             (s3_dir / "weed.pid").unlink(missing_ok=True)
@@ -407,13 +433,18 @@ def start_s3(
                 f"--- tail of {log_file} ---\n{tail(log_file)}"
             )
         status = _s3_answers(port)
+        # the S3 gateway answers before the volume server has told the master about the
+        # volumes already on disk: until then a read of a stored object fails with 500
         if status is not None:
-            break
+            known = volumes_known(ports["master.port"])
+            if known is not None and known >= on_disk:
+                break
         if time.monotonic() >= deadline:
             proc_.kill()
             proc_.wait(10)
             raise EmbeddedRuntimeError(
-                f"S3 on {HOST}:{port} does not answer after {START_TIMEOUT}s\n"
+                f"S3 on {HOST}:{port} is not ready after {START_TIMEOUT}s (answer {status}, "
+                f"volumes known to the master {known} of {on_disk})\n"
                 f"--- tail of {log_file} ---\n{tail(log_file)}"
             )
         time.sleep(0.02)

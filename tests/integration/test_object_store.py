@@ -27,6 +27,7 @@ from im_server.runtime.embedded import (
     read_credentials,
     start_s3,
 )
+from im_server.runtime.s3_server import PORTS_FILE, volumes_known
 from im_server.storage.objects import (
     ObjectInfo,
     ObjectStore,
@@ -303,6 +304,9 @@ def test_restart_keeps_keys_and_objects(
     stoppers.append(again.stop)
     assert (again.access_key, again.secret_key) == (s3.access_key, s3.secret_key)
     assert again.port == s3.port  # the previous ports, still free
+    # ready means the master knows the volumes already on disk (else a read answers 500)
+    master_port = json.loads((folder / PORTS_FILE).read_text())["master.port"]
+    assert (volumes_known(master_port) or 0) >= len(list((folder / "data").glob("*.dat"))) >= 1
     assert asyncio.run(put_and_get(again, False)) == b"kept"
     again.stop()
     assert weeds_in(folder) == []
