@@ -88,6 +88,7 @@ def build_context(settings: Settings) -> Context:
         dedupe_ttl=settings.dedupe_ttl_seconds,
         timeout=settings.store_timeout_seconds,
         low_water=max(1, settings.seq_block_size // 2),
+        partitions=settings.stream_partitions,
     )
     engine = create_engine(settings)
     return Context(

@@ -15,27 +15,32 @@ log = logging.getLogger("im_server.recovery")
 
 
 async def check_redis_epoch(ctx: Context) -> None:
-    """Look at the boot marker: missing means the data is gone (flush, new server), so
-    open the dedupe recheck window if PostgreSQL already holds messages; then (re)write
-    the marker with the current run id."""
+    """Look at the boot markers (one per partition): one missing means that partition's
+    data is gone (flush, new server, or keys of an older layout), so open the dedupe
+    recheck window if PostgreSQL already holds messages; then (re)write the markers with
+    the current run id."""
     async with ctx.redis_recovery_lock:
         r = ctx.redis
         await r.ping()  # makes sure run_id is current
-        boot = await r.boot_run_id()
-        if boot == r.run_id:
+        boots = await r.boot_run_ids()
+        if all(boot == r.run_id for boot in boots):
             await r.refresh_cold_until()
             return
+        lost = [p for p, boot in enumerate(boots) if boot is None]
         had_data = False
-        if boot is None:
+        if lost:
             async with ctx.db.connect() as conn:
                 had_data = await messages.any_messages(conn)
-        if boot is not None:
-            log.info("redis restarted with its data (run id %s -> %s)", boot, r.run_id)
+        if not lost:
+            log.info("redis restarted with its data (run id %s -> %s)", boots[0], r.run_id)
         elif had_data:
             until = now_ms() + ctx.settings.dedupe_recheck_seconds * 1000
             await r.set_cold_until(until)
             log.warning(
-                "redis lost its data (run id %s): checking dedupe in PostgreSQL for %d s",
+                "redis lost the data of %d of %d partitions (run id %s): checking dedupe "
+                "in PostgreSQL for %d s",
+                len(lost),
+                len(boots),
                 r.run_id,
                 ctx.settings.dedupe_recheck_seconds,
             )

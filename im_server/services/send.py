@@ -32,7 +32,6 @@ from im_server.services.coalesce import Coalescer
 from im_server.services.history import window
 from im_server.storage import conversations
 from im_server.storage import messages as msg_store
-from im_server.storage.redis import keys
 from im_server.storage.redis.replies import (
     RefusalCode,
     SendCheckDedupe,
@@ -132,12 +131,12 @@ async def check_extras(
     return Extras(kept, mention_all, reply_to)
 
 
-async def earlier_ack(ctx: Context, sender_id: int, cmid: str) -> AckOk | None:
+async def earlier_ack(ctx: Context, conv_id: str, sender_id: int, cmid: str) -> AckOk | None:
     """The first ack of a send repeated after its checks stopped passing (the sender was
     kicked, its reply target cleared): a repeat answers what the first send got, never a
     refusal of a message that exists. Asked only once a check refused, so a plain or
     accepted send pays nothing. Redis first; PostgreSQL when Redis forgot the key."""
-    found = await ctx.redis.get_dedupe(sender_id, cmid)
+    found = await ctx.redis.get_dedupe(conv_id, sender_id, cmid)
     if found is None:
         found = await ctx.dedupe_checker.submit((sender_id, cmid))
     if found is None:
@@ -166,7 +165,7 @@ async def checked_extras(
             )
         return extras
     except ImError:
-        first = await earlier_ack(ctx, sender_id, cmid)
+        first = await earlier_ack(ctx, ref.conv_id, sender_id, cmid)
         if first is None or first["conv_id"] != ref.conv_id:
             raise
         return first
@@ -193,7 +192,7 @@ def new_args(
         content_type=ctype,
         content_json=content_json,
         server_time=int(time.time() * 1000),
-        partition=keys.partition_of(ref.conv_id, ctx.settings.stream_partitions),
+        partition=ctx.redis.part(ref.conv_id),
     )
     if extras is not None:
         args.mentions = extras.mentions
@@ -314,7 +313,9 @@ async def _prepare_retry(
                 key = (args.sender_id, args.client_msg_id)
                 found = await ctx.dedupe_checker.submit(key)
                 if found is not None:
-                    await ctx.redis.set_dedupe(*key, found.conv_id, found.seq, found.server_time)
+                    await ctx.redis.set_dedupe(
+                        args.conv_id, *key, found.conv_id, found.seq, found.server_time
+                    )
                     return found
                 args.skip_cold = True
             case _:

@@ -218,7 +218,7 @@ async def unchanged(w: World, key: str) -> None:
         # nobody may send here: Redis's counter of the conversation shows that no seq was
         # handed out (at once, where waiting for the persister could only time out)
         async with rds(w.stores) as r:
-            cur = await r.hget(redis_keys.seq(conv), "cur")
+            cur = await r.hget(redis_keys.seq(0, conv), "cur")  # one partition: p0
         assert cur is not None and int(cur) == w.end[conv], (
             f"{conv}: a seq was allocated by the refused call (last seq {cur}, end {w.end[conv]})"
         )

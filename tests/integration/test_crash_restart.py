@@ -297,6 +297,72 @@ async def test_dedupe_survives_redis_restart_and_flush(
         srv.terminate()
 
 
+async def test_keys_of_the_previous_layout_are_taken_over(
+    dedicated_stores: Stores, tmp_path: Path
+) -> None:
+    """An upgrade from the layout whose keys were tagged by conversation (``im:seq:{conv}``,
+    ``im:dd:<sender>:<cmid>``, one ``im:boot``) to the partition-tagged one: the new keys
+    are missing, which the server treats as lost Redis data (the boot marker of the
+    partition is absent), so repeats are answered from PostgreSQL and seqs continue
+    above everything handed out before."""
+    stores = dedicated_stores
+    srv = ServerProcess(env={**stores.env(), **log_env(tmp_path, IM_NODE_NAME="crash-l")}).start()
+    try:
+        a = await new_user(srv.url, "la")
+        b = await new_user(srv.url, "lb")
+        conv = await befriend(a, b)
+        conn = await a.connect()
+        sent = []
+        for i in range(3):
+            ack = await send_ok(conn, conv, f"before {i}", cmid("old"))
+            assert ack["ok"] is True and ack["duplicate"] is False, ack
+            sent.append((ack["client_msg_id"], int(ack["seq"])))
+
+        async def persisted() -> bool:
+            for m, _s in sent:
+                if len(await rows_for(stores, a.user_id or 0, m)) != 1:
+                    return False
+            return True
+
+        await eventually(persisted, timeout=15)
+        # put every key the sends made back under its name of the previous layout
+        old_names = {
+            r"im:boot:\{p0\}": "im:boot",
+            r"im:dd:\{p0\}:(.*)": r"im:dd:\1",
+            r"im:(seq|perm|pe|seqlk):\{p0\}:(.*)": r"im:\1:{\2}",
+        }
+        renamed = 0
+        async with rds(stores) as r:
+            for key in await r.keys("im:*"):
+                for pattern, old in old_names.items():
+                    if re.fullmatch(pattern, key):
+                        await r.rename(key, re.sub(pattern, old, key))
+                        renamed += 1
+            assert await r.exists(f"im:seq:{{{conv}}}", "im:boot") == 2
+        assert renamed >= 2 + len(sent)  # boot, seq and the dedupe keys at least
+
+        for m, s in sent:
+            dup = await send_ok(conn, conv, "again", m)
+            assert dup["ok"] is True and dup["duplicate"] is True, (dup, srv.log_tail())
+            assert int(dup["seq"]) == s
+        fresh = await send_ok(conn, conv, "after the upgrade", cmid("new"))
+        assert fresh["ok"] is True and fresh["duplicate"] is False, fresh
+        assert int(fresh["seq"]) > max(s for _, s in sent)
+
+        async def fresh_persisted() -> bool:
+            return len(await rows_for(stores, a.user_id or 0, fresh["client_msg_id"])) == 1
+
+        await eventually(fresh_persisted, timeout=15)
+        for m, s in sent:
+            rows = await rows_for(stores, a.user_id or 0, m)
+            assert [(r["conv_id"], r["seq"]) for r in rows] == [(conv, s)]
+        await conn.close()
+        await a.aclose()
+        await b.aclose()
+    finally:
+        srv.terminate()
+
+
 # --------------------------------------------------------------------------- c. Redis kill -9
 
 

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 
 from im_server.client import ApiError
 from im_server.runtime.embedded import start_postgres
+from im_server.storage.redis import keys as redis_keys
 from tests.support import (
     ServerProcess,
     Stores,
@@ -41,7 +42,7 @@ async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None
         first = await ca.send(conv, "before")  # warms the seq block
         assert first["ok"]
         r = aioredis.Redis.from_url(stores.redis.url, decode_responses=True)
-        await r.delete(f"im:perm:{{{conv}}}")  # the cached answer is gone: a lookup is needed
+        await r.delete(redis_keys.perm(0, conv))  # the cached answer is gone: a lookup is needed
         before = metric(srv.url, "im_permission_lookup_failures_total")
         port = stores.pg.port
         stores.pg.stop()
@@ -109,7 +110,7 @@ async def test_group_send_is_refused_when_membership_cannot_be_checked(tmp_path:
         async with rds(stores) as r:
             before = metric(srv.url, "im_permission_lookup_failures_total")
             # stopped: the lookup fails at once
-            await r.delete(f"im:perm:{{{conv}}}")
+            await r.delete(redis_keys.perm(0, conv))
             port = stores.pg.port
             stores.pg.stop()
             for c in (ck, cm):
@@ -118,7 +119,7 @@ async def test_group_send_is_refused_when_membership_cannot_be_checked(tmp_path:
             stores.pg = start_postgres(stores.root / "pg", port)
             # stalled: the lookup times out after the store timeout, and is refused too
             await eventually(lambda: _ready(srv.url), timeout=20)
-            await r.delete(f"im:perm:{{{conv}}}")
+            await r.delete(redis_keys.perm(0, conv))
             with stalled_postgres(stores):
                 t0 = time.monotonic()
                 refused = await ck.send(conv, "while the database hangs")

@@ -251,3 +251,59 @@ async def test_persister_commits_before_acking(pstores: Stores, log_dir: Path) -
         await b.aclose()
     finally:
         srv.terminate()
+
+
+async def test_partitions_split_the_stream_and_keep_every_guarantee(
+    pstores: Stores, log_dir: Path
+) -> None:
+    """With IM_STREAM_PARTITIONS=4 a burst to conversations of several partitions: each
+    send lands in its conversation's partition (stream and keys under one tag), seqs stay
+    contiguous per conversation, a repeat is a duplicate, and everything is stored once."""
+    from im_server.storage.redis import keys
+
+    def cm(conv: str, i: int) -> str:
+        return f"pt-{conv.replace(':', '_')}-{i}"
+
+    parts = 4
+    srv = server(pstores, log_dir, "p-parts", IM_STREAM_PARTITIONS=str(parts)).start()
+    try:
+        a = await new_user(srv.url, "pa")
+        friends = [await new_user(srv.url, "pf") for _ in range(8)]
+        convs = [await befriend(a, f) for f in friends]
+        used = {keys.partition_of(c, parts) for c in convs}
+        assert len(used) >= 2, "the conversations should spread over partitions"
+        conn = await a.connect()
+        acks = await asyncio.gather(
+            *(conn.send(c, f"m{i}", client_msg_id=cm(c, i)) for c in convs for i in range(5))
+        )
+        assert all(ack["ok"] and not ack["duplicate"] for ack in acks), acks
+        for c in convs:
+            seqs = sorted(int(ack["seq"]) for ack in acks if ack["conv_id"] == c)
+            assert seqs == list(range(seqs[0], seqs[0] + 5)), (c, seqs)
+        again = await conn.send(convs[0], "m0", client_msg_id=cm(convs[0], 0))
+        first = next(x for x in acks if x["client_msg_id"] == cm(convs[0], 0))
+        assert again["duplicate"] is True and again["seq"] == first["seq"]
+
+        async with rds(pstores) as r:
+            for p in range(parts):
+                for _id, fields in await r.xrange(keys.stream(p)):
+                    conv = fields["d"].split("\0", 1)[0]
+                    if conv in convs:
+                        assert keys.partition_of(conv, parts) == p, (conv, p)
+            for c in convs:
+                cur = await r.hget(keys.seq(keys.partition_of(c, parts), c), "cur")
+                assert cur is not None and int(cur) >= 5
+
+        async def stored() -> bool:
+            return [len(await conv_rows(pstores, c)) for c in convs] == [5] * len(convs)
+
+        await eventually(stored, timeout=20)
+        for c in convs:
+            rows = await conv_rows(pstores, c)
+            assert sorted(m for _, m in rows) == sorted(cm(c, i) for i in range(5))
+        await conn.close()
+        await a.aclose()
+        for f in friends:
+            await f.aclose()
+    finally:
+        srv.terminate()

@@ -1,8 +1,12 @@
 """The Redis key layout, in one place: Python builds keys from these templates, and the
-send script gets the per-send ones from here (``SEND_KEY_PIECES``) instead of spelling
-them. Keys that one script touches together carry the conversation's ``{conv_id}``
-hash tag (a stream, its partition's ``{p<N>}`` tag), so the layout maps onto Redis
-Cluster slots.
+send script gets the per-send ones from here (``send_key_pieces``) instead of spelling
+them.
+
+Keys that one script call touches together share one hash tag, so the layout maps onto
+Redis Cluster slots: a conversation's keys (seq counter, permission cache, refill lock)
+and the dedupe keys of sends to it carry its partition's tag ``{p<N>}`` (``N =
+crc32(conv_id) mod IM_STREAM_PARTITIONS``), the tag of the partition's stream and boot
+marker. A batch of sends is split by partition and each call stays in one slot.
 
 A template holds ``%s`` where its parts go. Python fills it with ``%``; the script gets
 the pieces around the ``%s`` and joins them with the parts (Lua's ``..`` is about twice
@@ -10,20 +14,26 @@ as fast as its ``string.format`` and this runs for every send)."""
 
 from __future__ import annotations
 
+import functools
 import zlib
 
-BOOT = "im:boot"  # present while this Redis holds our data; gone after a flush or a new Redis
+# present while the partition's slot holds our data; gone after a flush or a new Redis
+BOOT = "im:boot:{p%s}"
 COLD_UNTIL = "im:coldu"  # ms timestamp: until then, dedupe misses are checked in PostgreSQL
 NODES = "im:nodes"  # zset node -> expiry (ms), the live gateway processes
 CONTROL = "im:ctl"  # pub/sub: cache invalidations, node joins
 GROUP = "persist"  # the persister's consumer group
 LONG_POLLS = "im:lp"  # zset user_id -> expiry (ms): users with a long poll waiting somewhere
 
-SEQ = "im:seq:{%s}"  # hash cur, lim, rid: the conversation's seq counter and its block
-PERM = "im:perm:{%s}"  # hash user_id -> "ok" | refusal code; "_l" = loaded
-PERM_EPOCH = "im:pe:{%s}"  # bumped by every change of the rights in the conversation
-SEQ_LOCK = "im:seqlk:{%s}"  # one seq-block refill at a time per conversation
-DEDUPE = "im:dd:%s:%s"  # (sender, client_msg_id) -> "conv|seq|server_time", with a TTL
+# a conversation's keys: its partition's tag, then the conversation
+SEQ = "im:seq:{p%s}:%s"  # hash cur, lim, rid: the conversation's seq counter and its block
+PERM = "im:perm:{p%s}:%s"  # hash user_id -> "ok" | refusal code; "_l" = loaded
+PERM_EPOCH = "im:pe:{p%s}:%s"  # bumped by every change of the rights in the conversation
+SEQ_LOCK = "im:seqlk:{p%s}:%s"  # one seq-block refill at a time per conversation
+# (sender, client_msg_id) -> "conv|seq|server_time", with a TTL, in the partition of the
+# conversation the send went to (exact while a client does not reuse a client_msg_id in
+# another partition; PostgreSQL's unique key is the last guard)
+DEDUPE = "im:dd:{p%s}:%s:%s"
 STREAM = "im:stream:{p%s}"  # a stream partition
 PERSISTER_LEASE = "im:plk:{p%s}"  # who persists the partition
 USER_CHANNEL = "im:u:"  # pub/sub: a user's channel is this prefix and the user id
@@ -46,39 +56,51 @@ PRESENCE_PIECES = (
     PRESENCE_DEVICES,
 )
 
-# the templates the send script builds its per-send keys from, and their pieces in its
-# ARGV order: dedupe (3 pieces: around sender and client_msg_id), seq, perm, perm epoch
-# (2 pieces each: around the conversation)
+# the templates the send script builds its per-send keys from, with the partition filled
+# in, and their pieces in its ARGV order: dedupe (3 pieces: around sender and
+# client_msg_id), seq, perm, perm epoch (2 pieces each: around the conversation)
 SEND_TEMPLATES = (DEDUPE, SEQ, PERM, PERM_EPOCH)
-SEND_KEY_PIECES: tuple[str, ...] = tuple(p for t in SEND_TEMPLATES for p in t.split("%s"))
 
 
-def seq(conv_id: str) -> str:
-    return SEQ % conv_id
-
-
-def perm(conv_id: str) -> str:
-    return PERM % conv_id
-
-
-def perm_epoch(conv_id: str) -> str:
-    return PERM_EPOCH % conv_id
-
-
-def seq_lock(conv_id: str) -> str:
-    return SEQ_LOCK % conv_id
-
-
-def dedupe(sender_id: int, client_msg_id: str) -> str:
-    return DEDUPE % (sender_id, client_msg_id)
-
-
-def stream(partition: int) -> str:
-    return STREAM % partition
+@functools.cache
+def send_key_pieces(partition: int) -> tuple[str, ...]:
+    return tuple(
+        piece
+        for t in SEND_TEMPLATES
+        for piece in (t % (partition, *("%s",) * (t.count("%s") - 1))).split("%s")
+    )
 
 
 def partition_of(conv_id: str, partitions: int) -> int:
     return zlib.crc32(conv_id.encode()) % partitions if partitions > 1 else 0
+
+
+def boot(partition: int) -> str:
+    return BOOT % partition
+
+
+def seq(partition: int, conv_id: str) -> str:
+    return SEQ % (partition, conv_id)
+
+
+def perm(partition: int, conv_id: str) -> str:
+    return PERM % (partition, conv_id)
+
+
+def perm_epoch(partition: int, conv_id: str) -> str:
+    return PERM_EPOCH % (partition, conv_id)
+
+
+def seq_lock(partition: int, conv_id: str) -> str:
+    return SEQ_LOCK % (partition, conv_id)
+
+
+def dedupe(partition: int, sender_id: int, client_msg_id: str) -> str:
+    return DEDUPE % (partition, sender_id, client_msg_id)
+
+
+def stream(partition: int) -> str:
+    return STREAM % partition
 
 
 def user_channel(user_id: int) -> str:

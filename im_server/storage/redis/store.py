@@ -72,9 +72,16 @@ class RedisStore:
     restarted Redis is noticed before any command runs on a new connection."""
 
     def __init__(
-        self, url: str, *, dedupe_ttl: int, timeout: float = 3.0, low_water: int = 500
+        self,
+        url: str,
+        *,
+        dedupe_ttl: int,
+        timeout: float = 3.0,
+        low_water: int = 500,
+        partitions: int = 1,
     ) -> None:
         self.url = url
+        self.partitions = partitions  # IM_STREAM_PARTITIONS: a conversation's keys carry its tag
         self.dedupe_ttl = dedupe_ttl
         self.low_water = low_water
         self.run_id = ""
@@ -122,6 +129,10 @@ class RedisStore:
                     self.run_id_changed.set()
                 break
 
+    def part(self, conv_id: str) -> int:
+        """The partition whose tag the conversation's keys carry."""
+        return keys.partition_of(conv_id, self.partitions)
+
     async def close(self) -> None:
         await self.client.aclose()
 
@@ -148,14 +159,14 @@ class RedisStore:
 
     async def _send_part(self, part: int, items: list[SendArgs], cold: str) -> list[SendResult]:
         v: list[str | int] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
-        v.extend(keys.SEND_KEY_PIECES)
+        v.extend(keys.send_key_pieces(part))
         for a in items:
             v.append(
                 f"{a.conv_id}\0{a.sender_id}\0{a.client_msg_id}\0{a.content_type}\0{a.content_json}\0"
                 f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
                 + encode_extras(a)
             )
-        res = await self._send(keys=[keys.stream(part), keys.BOOT], args=v)
+        res = await self._send(keys=[keys.stream(part), keys.boot(part)], args=v)
         if not isinstance(res, list) or len(res) != len(items):
             raise ScriptReplyError(f"send script: {len(items)} answers expected, got {res!r:.200}")
         return [parse_send(r) for r in res]
@@ -166,26 +177,28 @@ class RedisStore:
         """Install the seq block (old_reserved, new_reserved] (``extend_seq.lua``):
         (cur, lim) after the change."""
         r = await self._extend(
-            keys=[keys.seq(conv_id)], args=[old_reserved, new_reserved, self.run_id]
+            keys=[keys.seq(self.part(conv_id), conv_id)],
+            args=[old_reserved, new_reserved, self.run_id],
         )
         return parse_int_pair(r, "extend_seq")
 
     async def lock_seq(self, conv_id: str, owner: str, ttl_ms: int = 5000) -> bool:
-        return bool(await self.client.set(keys.seq_lock(conv_id), owner, nx=True, px=ttl_ms))
+        key = keys.seq_lock(self.part(conv_id), conv_id)
+        return bool(await self.client.set(key, owner, nx=True, px=ttl_ms))
 
     async def unlock_seq(self, conv_id: str) -> None:
-        await self.client.delete(keys.seq_lock(conv_id))
+        await self.client.delete(keys.seq_lock(self.part(conv_id), conv_id))
 
     async def current_seq(self, conv_id: str) -> int | None:
         """The last seq handed out for the conversation, or None when Redis holds no counter."""
-        cur = await self.client.hget(keys.seq(conv_id), "cur")
+        cur = await self.client.hget(keys.seq(self.part(conv_id), conv_id), "cur")
         return int(cur) if cur is not None else None
 
     async def current_seqs(self, conv_ids: list[str]) -> dict[str, int]:
         """The last seq handed out per conversation, for those Redis has a counter for."""
         pipe = self.client.pipeline(transaction=False)
         for c in conv_ids:
-            pipe.hget(keys.seq(c), "cur")
+            pipe.hget(keys.seq(self.part(c), c), "cur")
         out = {}
         for c, v in zip(conv_ids, await pipe.execute(), strict=True):
             if v is not None:
@@ -193,28 +206,45 @@ class RedisStore:
         return out
 
     async def set_dedupe(
-        self, sender_id: int, client_msg_id: str, conv_id: str, seq: int, server_time: int
+        self,
+        to_conv: str,
+        sender_id: int,
+        client_msg_id: str,
+        conv_id: str,
+        seq: int,
+        server_time: int,
     ) -> None:
-        """Remember where (sender, client_msg_id) went, as the send script does."""
+        """Remember where (sender, client_msg_id) went (``conv_id``, ``seq``), as the send
+        script does, in the partition of ``to_conv``, the conversation this send names:
+        where its next repeat looks."""
         await self.client.set(
-            keys.dedupe(sender_id, client_msg_id),
+            keys.dedupe(self.part(to_conv), sender_id, client_msg_id),
             dedupe_value(conv_id, seq, server_time),
             ex=self.dedupe_ttl,
         )
 
-    async def get_dedupe(self, sender_id: int, client_msg_id: str) -> SendDuplicate | None:
-        """Where (sender, client_msg_id) went, if Redis remembers it."""
-        raw = await self.client.get(keys.dedupe(sender_id, client_msg_id))
+    async def get_dedupe(
+        self, conv_id: str, sender_id: int, client_msg_id: str
+    ) -> SendDuplicate | None:
+        """Where (sender, client_msg_id) went, if Redis remembers it in the partition of
+        ``conv_id`` (where a repeat of the send to that conversation finds it)."""
+        raw = await self.client.get(keys.dedupe(self.part(conv_id), sender_id, client_msg_id))
         return None if raw is None else parse_dedupe_value(raw)
 
     # ---- boot marker / cold dedupe window -------------------------------------------------
 
-    async def boot_run_id(self) -> str | None:
-        v = await self.client.get(keys.BOOT)
-        return str(v) if v is not None else None
+    async def boot_run_ids(self) -> list[str | None]:
+        """Every partition's boot marker (None where it is missing)."""
+        pipe = self.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.get(keys.boot(p))
+        return [None if v is None else str(v) for v in await pipe.execute()]
 
     async def set_boot_run_id(self) -> None:
-        await self.client.set(keys.BOOT, self.run_id)
+        pipe = self.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            pipe.set(keys.boot(p), self.run_id)
+        await pipe.execute()
 
     async def set_cold_until(self, until_ms: int) -> None:
         await self.client.set(keys.COLD_UNTIL, until_ms)
@@ -230,22 +260,26 @@ class RedisStore:
         args: list[Any] = [epoch, ttl]
         for uid, st in statuses.items():
             args.extend((uid, st))
-        r = await self._load_perm(keys=[keys.perm(conv_id), keys.perm_epoch(conv_id)], args=args)
+        p = self.part(conv_id)
+        r = await self._load_perm(
+            keys=[keys.perm(p, conv_id), keys.perm_epoch(p, conv_id)], args=args
+        )
         return parse_flag(r, "load_perm")
 
     async def perm_status(self, conv_id: str, user_id: int) -> str | None:
         """The cached send permission: 'ok', a refusal code, 'not_member' when the cache
         is loaded without the user, None when the cache is cold."""
+        key = keys.perm(self.part(conv_id), conv_id)
         pipe = self.client.pipeline(transaction=False)
-        pipe.hget(keys.perm(conv_id), str(user_id))
-        pipe.hexists(keys.perm(conv_id), "_l")
+        pipe.hget(key, str(user_id))
+        pipe.hexists(key, "_l")
         st, loaded = await pipe.execute()
         if st is not None:
             return str(st)
         return "not_member" if loaded else None
 
     async def perm_epoch(self, conv_id: str) -> str:
-        return str(await self.client.get(keys.perm_epoch(conv_id)) or "0")
+        return str(await self.client.get(keys.perm_epoch(self.part(conv_id), conv_id)) or "0")
 
     async def invalidate_perm(self, conv_ids: list[str]) -> None:
         """Called after a change committed in PostgreSQL: bump the epoch, drop the hash."""
@@ -253,8 +287,9 @@ class RedisStore:
             return
         pipe = self.client.pipeline(transaction=False)
         for c in conv_ids:
-            pipe.incr(keys.perm_epoch(c))
-            pipe.delete(keys.perm(c))
+            p = self.part(c)
+            pipe.incr(keys.perm_epoch(p, c))
+            pipe.delete(keys.perm(p, c))
         await pipe.execute()
 
     # ---- stream (persister) ---------------------------------------------------------------

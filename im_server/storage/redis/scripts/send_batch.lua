@@ -2,10 +2,10 @@
 -- sender's permission, allocate the conversation's next seq and queue the message on the
 -- stream. One round trip for a whole batch of sends arriving together.
 -- KEYS[1] stream      (one partition per call)
--- KEYS[2] boot marker
+-- KEYS[2] the partition's boot marker
 -- Per send, the script joins its keys from pieces of the key templates around their
--- parts (keys.SEND_KEY_PIECES: the layout is spelled in keys.py only), all in the
--- conversation's {conv_id} slot except the dedupe key:
+-- parts (keys.send_key_pieces(partition): the layout is spelled in keys.py only), all
+-- carrying the partition's {p<N>} tag, so the whole call stays in the stream's slot:
 --   ARGV[5..7]   dedupe          sender, client_msg_id -> "conv|seq|server_time", with a TTL
 --   ARGV[8..9]   seq hash        conv: fields cur, lim, rid
 --   ARGV[10..11] permission hash conv: field <user_id> -> "ok" | code; "_l" = loaded
