@@ -24,8 +24,8 @@ def test_the_layout() -> None:
     assert keys.stream(3) == "im:stream:{p3}"
     assert keys.persister_lease(3) == "im:plk:{p3}"
     assert keys.user_channel(9) == "im:u:9"
-    assert keys.presence_user(9) == "im:pu:9"
-    assert keys.presence_devices(9) == "im:pd:9"
+    assert keys.presence_user(9) == "im:pu:{pr}:9"
+    assert keys.presence_devices(9) == "im:pd:{pr}:9"
 
 
 def test_partitions_spread_and_stay_put() -> None:
@@ -65,6 +65,18 @@ def test_every_key_of_a_send_call_is_in_the_streams_slot() -> None:
         assert {_tag(k) for k in touched} == {f"p{p}"}
     # and the partitions do use different slots
     assert len({key_slot(keys.stream(p).encode()) for p in range(partitions)}) == partitions
+
+
+def test_every_presence_key_is_in_one_slot() -> None:
+    """One presence script call records a batch of users and the sweep walks a dead node's
+    users: every key they touch shares the {pr} tag, whatever the users and nodes."""
+    touched = [keys.PRESENCE_NODES, keys.PRESENCE_PENDING]
+    for user in (1, 77, 123456789):
+        touched += [keys.presence_user(user), keys.last_seen(user), keys.presence_devices(user)]
+    touched += [keys.presence_node(n) for n in ("gw-1", "node-{x}", "")]
+    assert len({key_slot(k.encode()) for k in touched}) == 1
+    # and the script's pieces are the same prefixes
+    assert keys.PRESENCE_PIECES[2] + "5" == keys.presence_user(5)
 
 
 def test_the_send_scripts_key_pieces_join_into_the_python_layout() -> None:

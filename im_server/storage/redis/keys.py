@@ -38,15 +38,18 @@ STREAM = "im:stream:{p%s}"  # a stream partition
 PERSISTER_LEASE = "im:plk:{p%s}"  # who persists the partition
 USER_CHANNEL = "im:u:"  # pub/sub: a user's channel is this prefix and the user id
 
-# presence (the scripts get these prefixes from ``PRESENCE_PIECES``)
-PRESENCE_NODES = "im:pn"  # zset node -> expiry (ms): processes whose presence entries count
-PRESENCE_PENDING = "im:pq"  # zset user_id -> due (ms): offlines not announced yet
-PRESENCE_USER = "im:pu:"  # + user_id: set of the nodes holding a connection of the user
-PRESENCE_NODE = "im:ph:"  # + node: set of the users with a connection on that node
-LAST_SEEN = "im:ls:"  # + user_id: ms when the user's last connection closed (long TTL)
+# presence (the scripts get these prefixes from ``PRESENCE_PIECES``): one fixed hash tag
+# ``{pr}`` for all of them, since one script call records a batch of users and the sweep
+# walks a dead node's users (a tag per user would spread a call over many slots);
+# connects and disconnects, not messages, drive their write rate, so one slot carries it
+PRESENCE_NODES = "im:pn:{pr}"  # zset node -> expiry (ms): processes whose entries count
+PRESENCE_PENDING = "im:pq:{pr}"  # zset user_id -> due (ms): offlines not announced yet
+PRESENCE_USER = "im:pu:{pr}:"  # + user_id: set of the nodes holding a connection of the user
+PRESENCE_NODE = "im:ph:{pr}:"  # + node: set of the users with a connection on that node
+LAST_SEEN = "im:ls:{pr}:"  # + user_id: ms when the user's last connection closed (long TTL)
 # + user_id: hash node -> the user's device ids with an open socket on that node, joined
 # by spaces (device ids never hold one); counts only while the node is live, like the above
-PRESENCE_DEVICES = "im:pd:"
+PRESENCE_DEVICES = "im:pd:{pr}:"
 PRESENCE_PIECES = (
     PRESENCE_NODES,
     PRESENCE_PENDING,

@@ -364,8 +364,8 @@ class RedisStore:
         pipe = self.client.pipeline(transaction=False)
         for key in give:
             await self._give(keys=[key], args=[], client=pipe)
-        if clear:
-            pipe.delete(*clear)
+        for key in clear:  # one key per command: the counters sit in different slots
+            pipe.delete(key)
         await pipe.execute()
 
     # ---- nodes and pub/sub ----------------------------------------------------------------
@@ -416,7 +416,10 @@ class RedisStore:
         args.append(last_seen_ttl_ms)
         for user_id, devices in users:
             args.extend((user_id, join_devices(devices)))
-        return parse_user_ids(await self._presence_set(keys=[], args=args), "presence_set")
+        # the nodes zset is declared so that a Cluster client routes the call to the
+        # slot of the {pr} tag, which every presence key carries
+        res = await self._presence_set(keys=[keys.PRESENCE_NODES], args=args)
+        return parse_user_ids(res, "presence_set")
 
     async def presence_beat(self, node: str, ttl_ms: int) -> bool:
         """Keep this node's presence entries alive; True when the node was not listed or
@@ -433,7 +436,7 @@ class RedisStore:
         """Take over dead nodes' users and pop the due offlines (``presence_sweep.lua``):
         [(user_id, last_seen)] to announce."""
         args: list[str | int] = [*keys.PRESENCE_PIECES, _now_ms(), last_seen_ttl_ms, max_users]
-        return parse_offlines(await self._presence_sweep(keys=[], args=args))
+        return parse_offlines(await self._presence_sweep(keys=[keys.PRESENCE_NODES], args=args))
 
     async def presence_expire(self, node: str) -> None:
         """Mark the node dead now (stopping, or starting again under the same name): the
