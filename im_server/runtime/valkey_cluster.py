@@ -294,29 +294,53 @@ class EmbeddedCluster:
         return "cluster_state:ok" in info
 
     def _agreed(self) -> bool:
-        """Every live node: ``cluster_state:ok``, knows every other live node as
-        connected and not failing, and (a replica) has its link to its primary up."""
+        """Every live node: ``cluster_state:ok``; sees every live node connected, not
+        failing, with the role, primary and slots that node gives itself; and (a replica)
+        has its link to its primary up. Only then does every node hand a client the same
+        map, replicas included."""
         live = self.live_nodes()
+        views = {n.port: self._nodes_view(n.port) for n in live}
+        selves: dict[int, _Peer] = {}
+        for port, view in views.items():
+            me = next((p for p in view.values() if "myself" in p.flags), None)
+            if me is None:
+                return False
+            selves[port] = me
         for n in live:
             if not self._state_ok(n.port):
                 return False
-            view = self._nodes_view(n.port)
-            seen = {p.port: p for p in view.values()}
-            for other in live:
-                p = seen.get(other.port)
-                if p is None or "handshake" in p.flags or "noaddr" in p.flags:
+            seen = {p.port: p for p in views[n.port].values()}
+            for port, me in selves.items():
+                p = seen.get(port)
+                if p is None or p.node_id != me.node_id:
                     return False
-                if p.flags & {"fail", "fail?"}:
+                if p.flags & {"handshake", "noaddr", "fail", "fail?"}:
                     return False
                 if "myself" not in p.flags and not p.connected:
                     return False
-            me = next(p for p in view.values() if "myself" in p.flags)
-            if "slave" in me.flags:
+                if ("master" in p.flags) != ("master" in me.flags):
+                    return False
+                if p.primary_id != me.primary_id or p.slots != me.slots:
+                    return False
+            if not self._all_online(n.port, {me.node_id for me in selves.values()}):
+                return False
+            if "slave" in selves[n.port].flags:
                 with _admin(n.port, self.password) as c:
                     repl = c.info("replication")
                 if repl.get("master_link_status") != "up":
                     return False
         return True
+
+    def _all_online(self, port: int, node_ids: set[str]) -> bool:
+        """The node on ``port`` reports every one of ``node_ids`` ``online`` in CLUSTER
+        SHARDS. A replica is ``loading`` there (and left out of CLUSTER SLOTS, so out of
+        clients' maps) until the node has heard, by gossip, of its replication offset."""
+        with _admin(port, self.password) as c:
+            shards = _cmd(c, "CLUSTER", "SHARDS")
+        health = {
+            str(node["id"]): str(node["health"]) for shard in shards for node in shard["nodes"]
+        }
+        return all(health.get(i) == "online" for i in node_ids)
 
     def wait_ok(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every live node agrees the cluster is whole (see ``_agreed``)."""
@@ -367,17 +391,26 @@ class EmbeddedCluster:
         log.info("valkey cluster: primary %s added on port %d", n.name, n.port)
         return n
 
-    def migrate_slots(self, slots: Iterable[int], to_port: int) -> int:
+    def migrate_slots(
+        self,
+        slots: Iterable[int],
+        to_port: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Move ``slots`` (with their keys) to the primary on ``to_port`` while clients
         keep running: SETSLOT IMPORTING on the target, MIGRATING on the source, MIGRATE
         of the keys in batches, then SETSLOT NODE on the target, the source and the other
         primaries. During the move a client asking the source for a key already moved is
-        sent to the target with ASK; afterwards with MOVED. Returns the keys moved."""
+        sent to the target with ASK; afterwards with MOVED. ``progress(slot, moved)`` is
+        called after each batch of keys, the slot still being moved. Returns the keys
+        moved."""
+        wanted = list(slots)
+        bad = [s for s in wanted if not isinstance(s, int) or not 0 <= s < SLOTS]
+        if bad:
+            raise ValueError(f"slots must be integers in 0..{SLOTS - 1}, not {bad[:5]}")
         target = self.node(to_port)
         moved = 0
-        for slot in slots:
-            if not 0 <= slot < SLOTS:
-                raise ValueError(f"slot {slot} is not in 0..{SLOTS - 1}")
+        for slot in wanted:
             view = self._nodes_view(target.port)
             me = next(p for p in view.values() if "myself" in p.flags)
             if "master" not in me.flags:
@@ -389,10 +422,17 @@ class EmbeddedCluster:
                 raise EmbeddedRuntimeError(f"valkey cluster: no primary serves slot {slot}")
             if source.node_id == me.node_id:
                 continue
-            moved += self._migrate_slot(slot, source, me, view)
+            moved += self._migrate_slot(slot, source, me, view, progress)
         return moved
 
-    def _migrate_slot(self, slot: int, source: _Peer, target: _Peer, view: dict[str, _Peer]) -> int:
+    def _migrate_slot(
+        self,
+        slot: int,
+        source: _Peer,
+        target: _Peer,
+        view: dict[str, _Peer],
+        progress: Callable[[int, int], None] | None,
+    ) -> int:
         pw = self.password
         with _admin(target.port, pw) as dst, _admin(source.port, pw) as src:
             _cmd(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
@@ -417,6 +457,8 @@ class EmbeddedCluster:
                     *keys,
                 )
                 moved += len(keys)
+                if progress is not None:
+                    progress(slot, moved)
             # The target first: from here it serves the slot even if the source's update
             # were lost; then the source (its MIGRATING state ends); then everybody else.
             _cmd(dst, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
@@ -443,6 +485,9 @@ def _node_config(cluster: EmbeddedCluster, n: ClusterNode) -> str:
         # replica per primary, refusing would leave the slots without a server.
         "cluster-replica-validity-factor 0",
         f"masterauth {quote_conf(cluster.password)}",
+        # A primary has its replicas from the start: no 5 s wait for more of them before
+        # a full sync (the default), which would hold back every start and rejoin.
+        "repl-diskless-sync-delay 0",
     ]
     return redis_config(n.data_dir, n.port, cluster.password, cluster.appendfsync, extra)
 
