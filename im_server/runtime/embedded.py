@@ -49,7 +49,8 @@ dir, so nothing else is ever killed.
 
 The code lives in ``processes`` (ports, processes), ``ownership`` (the store user, private
 files), ``passwords``, ``postgres``, ``redis_server`` and ``s3_server``; this module is the
-public face.
+public face. ``valkey_cluster`` runs a Valkey Cluster of such nodes (for tests; see
+docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,9 +81,10 @@ _AOF_ERROR = re.compile(
     r"(?:Bad file format|Unexpected end of file) reading the append only file (\S+?)[:.]?(?:\s|$)"
 )
 _VALKEY_RDB_MAGIC = b"VALKEY"
+APPENDFSYNC = ("always", "everysec", "no")
 
 
-def _quote(value: str) -> str:
+def quote_conf(value: str) -> str:
     """A double-quoted string as redis.conf reads it (``sdssplitargs``)."""
     out = []
     for ch in value:
@@ -95,15 +97,27 @@ def _quote(value: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def redis_config(data_dir: Path, port: int, password: str, appendfsync: str) -> str:
-    """The whole redis.conf of the embedded Valkey."""
+def check_appendfsync(appendfsync: str) -> None:
+    if appendfsync not in APPENDFSYNC:
+        raise ValueError(f"appendfsync must be always|everysec|no, not {appendfsync!r}")
+
+
+def redis_config(
+    data_dir: Path,
+    port: int,
+    password: str,
+    appendfsync: str,
+    extra: Sequence[str] = (),
+) -> str:
+    """The whole redis.conf of the embedded Valkey; ``extra`` lines (a cluster node's
+    settings) go at the end, after the same hardening."""
     lines = [
         "# Written by im-server at every start; edits here are overwritten.",
         f"bind {HOST}",
         "protected-mode yes",
         f"port {port}",
-        f"dir {_quote(str(data_dir))}",
-        f"requirepass {_quote(password)}",
+        f"dir {quote_conf(str(data_dir))}",
+        f"requirepass {quote_conf(password)}",
         'save ""',
         "appendonly yes",
         f"appendfilename {AOF_FILE}",
@@ -117,11 +131,12 @@ def redis_config(data_dir: Path, port: int, password: str, appendfsync: str) -> 
         "enable-module-command no",  # MODULE LOAD/UNLOAD refused (LIST still answers)
         "enable-protected-configs no",  # moot while CONFIG is renamed away
         *(f'rename-command {c} ""' for c in RENAMED_AWAY),
+        *extra,
     ]
     return "\n".join(lines) + "\n"
 
 
-def _redis_url(password: str, port: int) -> str:
+def redis_url(password: str, port: int) -> str:
     return f"redis://:{password}@{HOST}:{port}/0"
 
 
@@ -138,7 +153,7 @@ class EmbeddedRedis:
     @property
     def display_url(self) -> str:
         """``url`` with the password replaced by ``***``, for logs and messages."""
-        return _redis_url(HIDDEN, self.port)
+        return redis_url(HIDDEN, self.port)
 
     @property
     def pid_file(self) -> Path:
@@ -194,7 +209,7 @@ class EmbeddedRedis:
             wait_dead(pid, 10.0)
 
 
-def _cleanup_previous_redis(data_dir: Path, port: int | None, notes: list[str]) -> None:
+def cleanup_previous_valkey(data_dir: Path, port: int | None, notes: list[str]) -> None:
     pid_file = data_dir / "redis.pid"
     needles = (f":{port}",) if port is not None else ()
     try:
@@ -278,7 +293,7 @@ def _fix_aof(aof: Path, user: StoreUser) -> str:
     )
 
 
-def _redis_ping(port: int, password: str) -> bool:
+def valkey_ping(port: int, password: str) -> bool:
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -323,7 +338,7 @@ def _spawn_redis(data_dir: Path, user: StoreUser, log_fd: int) -> subprocess.Pop
     )
 
 
-def _write_config(path: Path, text: str, user: StoreUser) -> None:
+def write_config(path: Path, text: str, user: StoreUser) -> None:
     try:
         if read_private(path, user) == text:
             return
@@ -332,33 +347,12 @@ def _write_config(path: Path, text: str, user: StoreUser) -> None:
     write_private(path, text, user)
 
 
-def start_redis(
-    data_dir: Path, port: int | None = None, *, appendfsync: str = "everysec"
-) -> EmbeddedRedis:
-    """Start valkey-server with AOF persistence in ``data_dir`` on 127.0.0.1:``port``.
-
-    A server of a previous run on the same dir (Valkey, or the Redis of an earlier
-    version) is stopped first. A last AOF file with a bad tail is repaired with
-    ``valkey-check-aof --fix`` (what follows the first bad byte is lost); one cut short
-    needs nothing (``aof-load-truncated`` loads what is whole). The returned ``url``
-    carries the password (kept in ``data_dir/im-server.password``).
-    """
-    if appendfsync not in ("always", "everysec", "no"):
-        raise ValueError(f"appendfsync must be always|everysec|no, not {appendfsync!r}")
-    t0 = time.monotonic()
-    data_dir = Path(data_dir).expanduser().absolute()
-    user = store_user()
-    notes: list[str] = []
-    make_private_dir(data_dir, user)
-    _cleanup_previous_redis(data_dir, port, notes)
-    # Older versions ran Redis as root with umask 022: take the files over, make them 0600.
-    secure_tree(data_dir, user)
-    password = load_or_create_password(data_dir, user)
-    if port is None:
-        port = free_port()
-    check_port(port, "valkey")
-    _write_config(data_dir / CONFIG_FILE, redis_config(data_dir, port, password, appendfsync), user)
-
+def launch_valkey(
+    data_dir: Path, port: int, password: str, user: StoreUser, notes: list[str]
+) -> subprocess.Popen[bytes]:
+    """Run valkey-server on the ``redis.conf`` already in ``data_dir`` and wait until it
+    answers PING; a last AOF file with a bad tail is repaired once and the start retried.
+    Its pid goes to ``redis.pid``; what was repaired is added to ``notes``."""
     log_file = data_dir / "redis.log"
     rotate_log(log_file)
     fixed = False
@@ -371,7 +365,7 @@ def start_redis(
             os.close(log_fd)
         write_private(data_dir / "redis.pid", f"{proc_.pid}\n", user)
         deadline = time.monotonic() + START_TIMEOUT
-        while proc_.poll() is None and not _redis_ping(port, password):
+        while proc_.poll() is None and not valkey_ping(port, password):
             if time.monotonic() >= deadline:
                 proc_.kill()
                 proc_.wait(10)
@@ -398,6 +392,36 @@ def start_redis(
             f"Valkey exited with status {proc_.returncode} while starting on {HOST}:{port}\n"
             f"--- tail of {log_file} ---\n{tail(log_file)}"
         )
+    return proc_
+
+
+def start_redis(
+    data_dir: Path, port: int | None = None, *, appendfsync: str = "everysec"
+) -> EmbeddedRedis:
+    """Start valkey-server with AOF persistence in ``data_dir`` on 127.0.0.1:``port``.
+
+    A server of a previous run on the same dir (Valkey, or the Redis of an earlier
+    version) is stopped first. A last AOF file with a bad tail is repaired with
+    ``valkey-check-aof --fix`` (what follows the first bad byte is lost); one cut short
+    needs nothing (``aof-load-truncated`` loads what is whole). The returned ``url``
+    carries the password (kept in ``data_dir/im-server.password``).
+    """
+    check_appendfsync(appendfsync)
+    t0 = time.monotonic()
+    data_dir = Path(data_dir).expanduser().absolute()
+    user = store_user()
+    notes: list[str] = []
+    make_private_dir(data_dir, user)
+    cleanup_previous_valkey(data_dir, port, notes)
+    # Older versions ran Redis as root with umask 022: take the files over, make them 0600.
+    secure_tree(data_dir, user)
+    password = load_or_create_password(data_dir, user)
+    if port is None:
+        port = free_port()
+    check_port(port, "valkey")
+    write_config(data_dir / CONFIG_FILE, redis_config(data_dir, port, password, appendfsync), user)
+
+    proc_ = launch_valkey(data_dir, port, password, user, notes)
 
     log.info(
         "valkey: %s; started pid %d on %s:%d (appendfsync=%s) in %.2fs",
@@ -411,7 +435,7 @@ def start_redis(
     return EmbeddedRedis(
         data_dir=data_dir,
         port=port,
-        url=_redis_url(password, port),
+        url=redis_url(password, port),
         process=proc_,
         password=password,
     )
