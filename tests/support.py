@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import socket
 import time
 import uuid
 import zlib
@@ -177,3 +178,15 @@ def png_bomb(w: int, h: int) -> bytes:
     comp = zlib.compressobj(9)
     body = b"".join(comp.compress(row) for _ in range(min(h, 2000))) + comp.flush()
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def raw_redis(port: int, *lines: str) -> list[bytes]:
+    """Send inline commands on a plain socket (no client library: what a stranger on the
+    machine could send); the first line of each reply."""
+    replies: list[bytes] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        fh = s.makefile("rb")
+        for line in lines:
+            s.sendall(line.encode() + b"\r\n")
+            replies.append(fh.readline().rstrip(b"\r\n"))
+    return replies

@@ -39,7 +39,7 @@ from im_server.runtime.ownership import open_prefix, pg_install
 from im_server.runtime.postgres import AUTH_MARKER, _pg_socket_dir
 from im_server.runtime.processes import run
 from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
-from tests.support import ServerProcess, Stores, wait_aof_rewrite
+from tests.support import ServerProcess, Stores, raw_redis, wait_aof_rewrite
 
 # --------------------------------------------------------------------------- helpers
 
@@ -103,17 +103,6 @@ def pg_sql(pg: EmbeddedPostgres, sql: str, *args: object) -> list[asyncpg.Record
             await conn.close()
 
     return asyncio.run(go())
-
-
-def raw_redis(port: int, *lines: str) -> list[bytes]:
-    """Send inline commands on a plain socket; the first line of each reply."""
-    replies: list[bytes] = []
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        fh = s.makefile("rb")
-        for line in lines:
-            s.sendall(line.encode() + b"\r\n")
-            replies.append(fh.readline().rstrip(b"\r\n"))
-    return replies
 
 
 @pytest.fixture(scope="module")

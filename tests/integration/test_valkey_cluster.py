@@ -34,6 +34,7 @@ from im_server.runtime.valkey_cluster import (
     slot_of,
     start_cluster,
 )
+from tests.support import raw_redis
 
 NODE_TIMEOUT_MS = 1500
 FAILOVER_LIMIT = 15.0  # seconds from kill -9 to a promoted replica (node timeout 1.5 s)
@@ -79,17 +80,6 @@ def cluster_client(c: EmbeddedCluster) -> RedisCluster:
 def cmd(port: int, password: str, *args: Any) -> Any:
     with node_client(port, password) as r:
         return r.execute_command(*args)  # type: ignore[no-untyped-call]
-
-
-def raw(port: int, *lines: str) -> list[bytes]:
-    """Inline commands on a plain socket; the first line of each reply."""
-    replies: list[bytes] = []
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        fh = s.makefile("rb")
-        for line in lines:
-            s.sendall(line.encode() + b"\r\n")
-            replies.append(fh.readline().rstrip(b"\r\n"))
-    return replies
 
 
 SlotMap = list[tuple[int, int, int, tuple[int, ...]]]
@@ -180,10 +170,10 @@ def test_the_cluster_forms_with_every_slot_served(cluster: EmbeddedCluster) -> N
 def test_every_node_wants_the_password_and_keeps_the_hardening(cluster: EmbeddedCluster) -> None:
     pw = cluster.password
     for n in cluster.nodes:
-        assert raw(n.port, "PING")[0].startswith(b"-NOAUTH")
-        assert raw(n.port, "CLUSTER NODES")[0].startswith(b"-NOAUTH")
-        assert raw(n.port, "AUTH not-" + pw)[0].startswith(b"-WRONGPASS")
-        replies = raw(
+        assert raw_redis(n.port, "PING")[0].startswith(b"-NOAUTH")
+        assert raw_redis(n.port, "CLUSTER NODES")[0].startswith(b"-NOAUTH")
+        assert raw_redis(n.port, "AUTH not-" + pw)[0].startswith(b"-WRONGPASS")
+        replies = raw_redis(
             n.port,
             f"AUTH {pw}",
             "CONFIG GET requirepass",
