@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from im_server.client import ApiError, Client
-from tests.support import befriend, new_user, persisted
+from im_server.storage.redis import keys as redis_keys
+from tests.support import Stores, befriend, new_user, persisted, rds
 
 
 async def test_dense_seqs_under_concurrent_senders(url: str) -> None:
@@ -173,3 +174,33 @@ async def test_oversize_frame_closes_1009(pair: tuple[Client, Client, str]) -> N
     cb = await alice.connect()
     await cb.ping()
     await cb.close()
+
+
+async def test_a_seq_counter_of_another_run_is_not_trusted(
+    stores: Stores, pair: tuple[Client, Client, str]
+) -> None:
+    """The send script marks a conversation's counter with the run id of the node that
+    runs it, read there (on a Cluster every partition's node has its own). A counter
+    marked by another run (what a replica promoted by a fail-over holds: the old
+    primary's mark, maybe without its last increments) is not used: the next send
+    reserves a fresh block above every seq reserved before."""
+    alice, _bob, conv = pair
+    ca = await alice.connect()
+    first = await ca.send(conv, "before")
+    assert first["ok"], first
+    key = redis_keys.seq(0, conv)  # one partition: p0
+    async with rds(stores) as r:
+        run_id = (await r.info("server"))["run_id"]
+        counter = await r.hgetall(key)
+        assert counter["rid"] == run_id and int(counter["cur"]) == first["seq"], counter
+        await r.hset(key, "rid", "f" * 40)  # the mark of another run
+    after = await ca.send(conv, "after the fail-over")
+    assert after["ok"], after
+    assert after["seq"] > int(counter["lim"]), (after["seq"], counter)
+    async with rds(stores) as r:
+        assert (await r.hget(key, "rid")) == run_id
+    await persisted(alice, conv, after["seq"])
+    for seq in (first["seq"], after["seq"]):
+        page = await alice.history(conv, seq, seq)
+        assert [m["seq"] for m in page["messages"]] == [seq], page
+    await ca.close()

@@ -158,7 +158,7 @@ class RedisStore:
         return [answers[i] for i in range(len(items))]
 
     async def _send_part(self, part: int, items: list[SendArgs], cold: str) -> list[SendResult]:
-        v: list[str | int] = [self.run_id, cold, self.dedupe_ttl, self.low_water]
+        v: list[str | int] = [cold, self.dedupe_ttl, self.low_water]
         v.extend(keys.send_key_pieces(part))
         for a in items:
             v.append(
@@ -178,7 +178,7 @@ class RedisStore:
         (cur, lim) after the change."""
         r = await self._extend(
             keys=[keys.seq(self.part(conv_id), conv_id)],
-            args=[old_reserved, new_reserved, self.run_id],
+            args=[old_reserved, new_reserved],
         )
         return parse_int_pair(r, "extend_seq")
 
