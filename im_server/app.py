@@ -89,6 +89,7 @@ def build_context(settings: Settings) -> Context:
         timeout=settings.store_timeout_seconds,
         low_water=max(1, settings.seq_block_size // 2),
         partitions=settings.stream_partitions,
+        cluster=settings.redis_cluster,
     )
     engine = create_engine(settings)
     return Context(

@@ -36,6 +36,8 @@ class Settings(BaseSettings):
 
     database_url: str | None = None
     redis_url: str | None = None
+    # IM_REDIS_URL names one node of a Redis (7+) or Valkey Cluster: the client learns the rest
+    redis_cluster: bool = False
     data_dir: Path = Path(".im-data")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -15,36 +15,36 @@ log = logging.getLogger("im_server.recovery")
 
 
 async def check_redis_epoch(ctx: Context) -> None:
-    """Look at the boot markers (one per partition): one missing means that partition's
-    data is gone (flush, new server, or keys of an older layout), so open the dedupe
-    recheck window if PostgreSQL already holds messages; then (re)write the markers with
-    the current run id."""
+    """Look at the boot markers (one per partition, each against the run id of the node
+    serving the partition): one missing means that partition's data is gone (flush, new
+    server, a replica promoted before it had the marker, or keys of an older layout), so
+    open the dedupe recheck window if PostgreSQL already holds messages; then (re)write
+    the markers with their nodes' run ids."""
     async with ctx.redis_recovery_lock:
         r = ctx.redis
-        await r.ping()  # makes sure run_id is current
-        boots = await r.boot_run_ids()
-        if all(boot == r.run_id for boot in boots):
+        markers = await r.boot_markers()
+        if all(marker == run_id for marker, run_id in markers):
             await r.refresh_cold_until()
             return
-        lost = [p for p, boot in enumerate(boots) if boot is None]
+        lost = [p for p, (marker, _run_id) in enumerate(markers) if marker is None]
         had_data = False
         if lost:
             async with ctx.db.connect() as conn:
                 had_data = await messages.any_messages(conn)
         if not lost:
-            log.info("redis restarted with its data (run id %s -> %s)", boots[0], r.run_id)
+            moved = sorted({(m, rid) for m, rid in markers if m != rid})
+            log.info("redis restarted with its data (run ids %s)", moved)
         elif had_data:
             until = now_ms() + ctx.settings.dedupe_recheck_seconds * 1000
             await r.set_cold_until(until)
             log.warning(
-                "redis lost the data of %d of %d partitions (run id %s): checking dedupe "
-                "in PostgreSQL for %d s",
+                "redis lost the data of %d of %d partitions: checking dedupe in PostgreSQL "
+                "for %d s",
                 len(lost),
-                len(boots),
-                r.run_id,
+                len(markers),
                 ctx.settings.dedupe_recheck_seconds,
             )
-        await r.set_boot_run_id()
+        await r.boot_markers(write=True)
         await r.refresh_cold_until()
 
 

@@ -69,6 +69,7 @@ class Persister:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self.held: set[int] = set()  # partitions whose lease this persister holds
+        self._reads: dict[int, asyncio.Task[Any]] = {}  # a blocking read per held partition
         self._pg: asyncpg.Connection | None = None  # the write connection, outside the pool
 
     async def start(self) -> None:
@@ -121,20 +122,17 @@ class Persister:
                     for p in sorted(self.held):
                         await self._take_over(p)
                     retry_pending = False
-                got = await self.ctx.redis.read_group(
-                    sorted(self.held),
-                    self.consumer,
-                    s.persister_batch,
-                    min(s.persister_block_ms, 500),
-                )
+                got = await self._read_held()
                 for stream_key, entries in got:
                     if entries:
                         await self._persist(stream_key, entries)
                 backoff = 0.1
             except asyncio.CancelledError:
+                self._cancel_reads(set())
                 raise
             except Exception as e:  # noqa: BLE001 - a store is down: retry with backoff
                 retry_pending = True
+                self._cancel_reads(set())  # the retry starts from what is pending here
                 if "NOGROUP" in str(e):
                     groups_ready = False  # Redis lost the group (flushed): make it again
                     self.held.clear()
@@ -142,6 +140,7 @@ class Persister:
                     log.warning("persister: %r; retrying in %.1f s", e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
+        self._cancel_reads(set())
         for p in list(self.held):
             try:
                 await self.ctx.redis.lease(p, self.consumer, ttl, release=True)
@@ -151,6 +150,35 @@ class Persister:
         if self._pg is not None:
             await self._pg.close()
             self._pg = None
+
+    async def _read_held(self) -> list[tuple[str, list[Any]]]:
+        """New entries of the held partitions: one blocking XREADGROUP per partition (a
+        read over several streams crosses slots on a Cluster), all in flight at once and
+        kept from one round to the next; returns once some have answered. Entries a
+        read took but nobody stored stay pending here: a failure redoes them
+        (``retry_pending``), a partition taken over by another persister claims them."""
+        s = self.ctx.settings
+        self._cancel_reads(self.held)
+        for p in self.held:
+            if p not in self._reads:
+                self._reads[p] = asyncio.create_task(
+                    self.ctx.redis.read_group(
+                        [p], self.consumer, s.persister_batch, min(s.persister_block_ms, 500)
+                    ),
+                    name=f"persister-read-{p}",
+                )
+        done, _ = await asyncio.wait(self._reads.values(), return_when=asyncio.FIRST_COMPLETED)
+        out: list[tuple[str, list[Any]]] = []
+        for p, task in list(self._reads.items()):
+            if task in done:
+                del self._reads[p]
+                out.extend(task.result())  # a failed read raises: the caller retries
+        return out
+
+    def _cancel_reads(self, keep: set[int]) -> None:
+        """Drop the reads of the partitions not in ``keep`` (lost, or stopping)."""
+        for p in [p for p in self._reads if p not in keep]:
+            self._reads.pop(p).cancel()
 
     async def _take_over(self, partition: int) -> None:
         """Claim and store everything pending in the partition (any consumer's), in order."""

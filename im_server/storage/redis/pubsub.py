@@ -28,6 +28,7 @@ from im_server.storage.redis.store import RedisStore
 log = logging.getLogger("im_server.pubsub")
 SYNC_WAKE = "\x00sync"  # no frame starts with a NUL: JSON text cannot
 MAX_BACKOFF_S = 5.0
+CLUSTER_PUBLISH_CONCURRENCY = 32  # below the client's 64 connections per node
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +102,17 @@ def decode(channel: str, data: str) -> tuple[str, Message]:
 
 
 async def publish(redis: RedisStore, items: Sequence[Outgoing]) -> None:
-    """Publish all items, in one round trip."""
+    """Publish all items, in one round trip (on a Cluster, whose client refuses PUBLISH
+    in a pipeline, up to ``CLUSTER_PUBLISH_CONCURRENCY`` in flight at once)."""
     if not items:
         return
     if len(items) == 1:
         await redis.client.publish(*items[0])
+        return
+    if redis.cluster:
+        for i in range(0, len(items), CLUSTER_PUBLISH_CONCURRENCY):
+            chunk = items[i : i + CLUSTER_PUBLISH_CONCURRENCY]
+            await asyncio.gather(*(redis.client.publish(c, d) for c, d in chunk))
         return
     pipe = redis.client.pipeline(transaction=False)
     for channel, data in items:
@@ -156,7 +163,7 @@ class Subscriber:
     async def run(self) -> None:
         self._backoff = 0.1
         while True:
-            ps = self.redis.client.pubsub(ignore_subscribe_messages=True)
+            ps = await self.redis.pubsub()
             try:
                 await self._listen(ps)
             except asyncio.CancelledError:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -68,8 +70,9 @@ def _raw(response: Any, **options: Any) -> Any:
 
 
 class RedisStore:
-    """One client (connection pool) plus the scripts; tracks the server's run id so a
-    restarted Redis is noticed before any command runs on a new connection."""
+    """One client (connection pool; on a Cluster, one per node) plus the scripts; tracks
+    each node's run id so a restarted Redis, or a node newly serving some slots, is
+    noticed before any command runs on a new connection."""
 
     def __init__(
         self,
@@ -79,26 +82,38 @@ class RedisStore:
         timeout: float = 3.0,
         low_water: int = 500,
         partitions: int = 1,
+        cluster: bool = False,
     ) -> None:
         self.url = url
+        self.cluster = cluster
         self.partitions = partitions  # IM_STREAM_PARTITIONS: a conversation's keys carry its tag
         self.dedupe_ttl = dedupe_ttl
         self.low_water = low_water
-        self.run_id = ""
+        self.run_ids: dict[str, str] = {}  # "host:port" -> the run id last seen there
         self.cold_until = 0
         self.run_id_changed = asyncio.Event()
-        self.client: aioredis.Redis = aioredis.Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            redis_connect_func=self._on_connect,
-            max_connections=64,
-            health_check_interval=0,
+        options: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "redis_connect_func": self._on_connect,
+            "max_connections": 64,
+            "health_check_interval": 0,
             # one immediate retry (a pooled connection that died with a restarted Redis),
             # then fail: a send must answer `unavailable` fast, not back off for seconds
-            retry=Retry(NoBackoff(), 1),
-        )
+            "retry": Retry(NoBackoff(), 1),
+        }
+        # The cluster client offers every command used here under the same names; it
+        # routes each by its key (a script by its first key) and follows MOVED and ASK.
+        # Typed as the plain client: its stubs are the ones the calls here match.
+        if cluster:
+            hook = options.pop("redis_connect_func")
+            rc = RedisCluster.from_url(url, **options)
+            # its node connections are made from these (it takes no connect hook itself)
+            rc.connection_kwargs["redis_connect_func"] = hook
+            self.client: aioredis.Redis = rc  # type: ignore[assignment]
+        else:
+            self.client = aioredis.Redis.from_url(url, **options)
         # the persister parses stream entries itself (cheaper than the generic callback)
         self.client.set_response_callback("XREADGROUP", _raw)
         self._send = self.client.register_script((_SCRIPTS / "send_batch.lua").read_text())
@@ -113,21 +128,31 @@ class RedisStore:
         self._presence_sweep = self.client.register_script(
             (_SCRIPTS / "presence_sweep.lua").read_text()
         )
+        self._boot = self.client.register_script((_SCRIPTS / "boot.lua").read_text())
 
     async def _on_connect(self, conn: Connection) -> None:
         await conn.on_connect()
         await conn.send_command("INFO", "server")
         info = await conn.read_response()
         text = info.decode() if isinstance(info, bytes) else str(info)
+        node = f"{conn.host}:{conn.port}"
         for line in text.splitlines():
             if line.startswith("run_id:"):
                 rid = line.split(":", 1)[1].strip()
-                if rid != self.run_id:
-                    if self.run_id:
-                        log.warning("redis restarted (run id %s -> %s)", self.run_id, rid)
-                    self.run_id = rid
-                    self.run_id_changed.set()
+                old = self.run_ids.get(node)
+                if rid != old:
+                    if old:
+                        log.warning("redis %s restarted (run id %s -> %s)", node, old, rid)
+                    self.run_ids[node] = rid
+                    self.run_id_changed.set()  # look at the boot markers again
                 break
+
+    async def pubsub(self) -> PubSub:
+        """A listening connection. On a Cluster the client first learns the slot map (its
+        pub/sub picks a node from it); classic channels reach every node there."""
+        if self.cluster:
+            await self.client.initialize()
+        return self.client.pubsub(ignore_subscribe_messages=True)
 
     def part(self, conv_id: str) -> int:
         """The partition whose tag the conversation's keys carry."""
@@ -233,18 +258,21 @@ class RedisStore:
 
     # ---- boot marker / cold dedupe window -------------------------------------------------
 
-    async def boot_run_ids(self) -> list[str | None]:
-        """Every partition's boot marker (None where it is missing)."""
-        pipe = self.client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.get(keys.boot(p))
-        return [None if v is None else str(v) for v in await pipe.execute()]
-
-    async def set_boot_run_id(self) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for p in range(self.partitions):
-            pipe.set(keys.boot(p), self.run_id)
-        await pipe.execute()
+    async def boot_markers(self, write: bool = False) -> list[tuple[str | None, str]]:
+        """Per partition: (its boot marker, None where missing; the run id of the node
+        serving it), read in its node by ``boot.lua``; with ``write``, the markers are
+        set to those run ids. One call per partition, all in flight at once (script
+        calls cannot share a pipeline on a Cluster)."""
+        mode = "set" if write else "get"
+        answers = await asyncio.gather(
+            *(self._boot(keys=[keys.boot(p)], args=[mode]) for p in range(self.partitions))
+        )
+        out: list[tuple[str | None, str]] = []
+        for a in answers:
+            if not (isinstance(a, list) and len(a) == 2):
+                raise ScriptReplyError(f"boot script: a pair expected, got {a!r:.200}")
+            out.append((str(a[0]) or None, str(a[1])))
+        return out
 
     async def set_cold_until(self, until_ms: int) -> None:
         await self.client.set(keys.COLD_UNTIL, until_ms)
@@ -352,21 +380,21 @@ class RedisStore:
     async def take_attempts(self, limits: list[tuple[str, int]], window_s: int) -> list[bool]:
         """Count one attempt on each ``(key, limit)`` counter, atomically per counter
         (``attempt_take.lua``); per counter, True when counted, False when its limit was
-        already reached (nothing counted there). One round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for key, limit in limits:
-            await self._take(keys=[key], args=[limit, window_s], client=pipe)
-        return [parse_flag(x, "attempt_take") for x in await pipe.execute()]
+        already reached (nothing counted there). The calls are in flight at once (script
+        calls cannot share a pipeline on a Cluster)."""
+        answers = await asyncio.gather(
+            *(self._take(keys=[key], args=[limit, window_s]) for key, limit in limits)
+        )
+        return [parse_flag(x, "attempt_take") for x in answers]
 
     async def settle_attempts(self, give: list[str], clear: list[str]) -> None:
         """Give an attempt back on the ``give`` counters (``attempt_give.lua``) and drop
-        the ``clear`` counters. One round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for key in give:
-            await self._give(keys=[key], args=[], client=pipe)
-        for key in clear:  # one key per command: the counters sit in different slots
-            pipe.delete(key)
-        await pipe.execute()
+        the ``clear`` counters, all in flight at once (one key per command: the counters
+        sit in different slots)."""
+        await asyncio.gather(
+            *(self._give(keys=[key], args=[]) for key in give),
+            *(self.client.delete(key) for key in clear),
+        )
 
     # ---- nodes and pub/sub ----------------------------------------------------------------
 
