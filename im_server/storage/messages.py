@@ -37,8 +37,9 @@ class Persisted(NamedTuple):
 
 
 # One statement per batch (one round trip, autocommit): take the next sync version,
-# insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes nothing; originals
-# recalled within the batch go in blanked), blank the earlier originals of recall notices,
+# claim each message's dedupe key in message_dedupe, insert the messages whose key this
+# statement claimed (ON CONFLICT DO NOTHING on both: a replayed batch changes nothing;
+# originals recalled within the batch go in blanked), blank the earlier originals of recall notices,
 # and raise each conversation's persisted max_seq and version. With push on, the newly
 # inserted user messages (not notices, not recalled) also get their push_outbox rows here,
 # in the same commit: a stored message is never left unpushed by a crash. Only in
@@ -50,13 +51,22 @@ _NOT_PUSHED = sorted(SERVER_CONTENT_TYPES)
 _PERSIST = """
 WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
+), x AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                         $7::bigint[], $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
+           WITH ORDINALITY AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt, i)
+), dd AS (
+    INSERT INTO message_dedupe (sender_id, client_msg_id, conv_id, seq, server_time)
+    SELECT s, m, c, q, ts FROM x
+     WHERE NOT EXISTS (SELECT 1 FROM messages e WHERE e.conv_id = x.c AND e.seq = x.q)
+     ORDER BY i
+    ON CONFLICT DO NOTHING
+    RETURNING conv_id, seq
 ), ins AS (
     INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled,
                           mentions, mention_all, reply_to)
     SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc, mn::bigint[], ma, rt
-      FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-                  $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
-           AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt)
+      FROM x WHERE (c, q) IN (SELECT conv_id, seq FROM dd)
     ON CONFLICT DO NOTHING
     RETURNING conv_id, seq, content_type, recalled, content ->> 'upload_id' AS upload_id
 ), carried AS (
@@ -187,12 +197,13 @@ async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) 
 async def by_dedupe_keys(
     conn: AsyncConnection, pairs: list[tuple[int, str]]
 ) -> dict[tuple[int, str], tuple[str, int, int]]:
-    """Batch form of by_dedupe_key: {(sender, client_msg_id): (conv_id, seq, server_time)}."""
+    """{(sender, client_msg_id): (conv_id, seq, server_time)} of the pairs stored, from
+    message_dedupe alone (keyed by sender, so no conversation needs to be known)."""
     r = await conn.execute(
         text(
-            "SELECT m.sender_id, m.client_msg_id, m.conv_id, m.seq, m.server_time FROM messages m "
+            "SELECT d.sender_id, d.client_msg_id, d.conv_id, d.seq, d.server_time FROM message_dedupe d "
             "JOIN unnest(CAST(:s AS bigint[]), CAST(:c AS text[])) AS x(s, c) "
-            "ON m.sender_id = x.s AND m.client_msg_id = x.c"
+            "ON d.sender_id = x.s AND d.client_msg_id = x.c"
         ),
         {"s": [p[0] for p in pairs], "c": [p[1] for p in pairs]},
     )
@@ -223,7 +234,10 @@ async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str,
 
 
 async def any_messages(conn: AsyncConnection) -> bool:
-    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM messages)"))
+    """Whether PostgreSQL holds any stored message, asked of message_dedupe (every
+    stored message has its row there): the one question about messages that names no
+    conversation reads the table the dedupe recheck it decides on reads."""
+    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM message_dedupe)"))
     return bool(r.scalar_one())
 
 
