@@ -124,6 +124,15 @@ async def test_replayed_entry_is_idempotent(pstores: Stores, log_dir: Path) -> N
             )
         assert row is not None and row["sender_id"] == a.user_id
         assert orjson.loads(row["content"]) == {"text": text}
+        # the persister claimed the dedupe key once, for the stored seq
+        async with pg(pstores) as c:
+            keys = await c.fetch(
+                "SELECT conv_id, seq, server_time FROM message_dedupe "
+                "WHERE sender_id = $1 AND client_msg_id = $2",
+                a.user_id,
+                cmid,
+            )
+        assert [tuple(k) for k in keys] == [(conv, seq, int(ack["server_time"]))]
         # replayed, not dropped as malformed (either way the rows would look the same)
         assert srv.log_path is not None
         assert "malformed stream entry" not in srv.log_path.read_text(errors="replace")
