@@ -37,9 +37,10 @@ class Persisted(NamedTuple):
 
 
 # One statement per batch (one round trip, autocommit): take the next sync version,
-# claim each message's dedupe key in message_dedupe, insert the messages whose key this
-# statement claimed (ON CONFLICT DO NOTHING on both: a replayed batch changes nothing;
-# originals recalled within the batch go in blanked), blank the earlier originals of recall notices,
+# claim each message's dedupe key in message_dedupe (in batch order: of two messages with
+# one key, the first claims it), insert the messages whose key this statement claimed
+# (ON CONFLICT DO NOTHING on both: a replayed batch changes nothing; originals recalled
+# within the batch go in blanked), blank the earlier originals of recall notices,
 # and raise each conversation's persisted max_seq and version. With push on, the newly
 # inserted user messages (not notices, not recalled) also get their push_outbox rows here,
 # in the same commit: a stored message is never left unpushed by a crash. Only in
@@ -57,9 +58,7 @@ WITH ver AS (
            WITH ORDINALITY AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt, i)
 ), dd AS (
     INSERT INTO message_dedupe (sender_id, client_msg_id, conv_id, seq, server_time)
-    SELECT s, m, c, q, ts FROM x
-     WHERE NOT EXISTS (SELECT 1 FROM messages e WHERE e.conv_id = x.c AND e.seq = x.q)
-     ORDER BY i
+    SELECT s, m, c, q, ts FROM x ORDER BY i
     ON CONFLICT DO NOTHING
     RETURNING conv_id, seq
 ), ins AS (
@@ -180,6 +179,35 @@ async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]
             version,
         )
     return sorted({int(h[1]) for h in hits})
+
+
+async def release_taken_keys(
+    conn: AsyncConnection, batch: list[NewMessage]
+) -> list[tuple[str, int]]:
+    """Give back the dedupe keys the batch claimed for a (conv_id, seq) that holds another
+    message, and return those (conv_id, seq). Seqs are never handed out twice, so this
+    finds nothing; were one reused, the persist statement would claim the key (it does
+    not probe messages, to stay one index insert per row) while the message is refused
+    by the primary key, and the key must not answer a resend with a seq that shows
+    another message. Run after any batch that stored fewer rows than it holds (replays
+    included), so a crash between the two leaves nothing behind."""
+    r = await conn.execute(
+        text(
+            "DELETE FROM message_dedupe d USING unnest(CAST(:s AS bigint[]), CAST(:m AS text[]), "
+            "CAST(:c AS text[]), CAST(:q AS bigint[])) AS x(s, m, c, q) "
+            "WHERE d.sender_id = x.s AND d.client_msg_id = x.m AND d.conv_id = x.c AND d.seq = x.q "
+            "AND EXISTS (SELECT 1 FROM messages e WHERE e.conv_id = x.c AND e.seq = x.q "
+            "AND (e.sender_id <> x.s OR e.client_msg_id <> x.m)) "
+            "RETURNING d.conv_id, d.seq"
+        ),
+        {
+            "s": [m.sender_id for m in batch],
+            "m": [m.client_msg_id for m in batch],
+            "c": [m.conv_id for m in batch],
+            "q": [m.seq for m in batch],
+        },
+    )
+    return sorted((str(c), int(q)) for c, q in r)
 
 
 async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:
