@@ -37,8 +37,10 @@ class Persisted(NamedTuple):
 
 
 # One statement per batch (one round trip, autocommit): take the next sync version,
-# insert the messages (ON CONFLICT DO NOTHING: a replayed batch changes nothing; originals
-# recalled within the batch go in blanked), blank the earlier originals of recall notices,
+# claim each message's dedupe key in message_dedupe (in batch order: of two messages with
+# one key, the first claims it), insert the messages whose key this statement claimed
+# (ON CONFLICT DO NOTHING on both: a replayed batch changes nothing; originals recalled
+# within the batch go in blanked), blank the earlier originals of recall notices,
 # and raise each conversation's persisted max_seq and version. With push on, the newly
 # inserted user messages (not notices, not recalled) also get their push_outbox rows here,
 # in the same commit: a stored message is never left unpushed by a crash. Only in
@@ -50,13 +52,20 @@ _NOT_PUSHED = sorted(SERVER_CONTENT_TYPES)
 _PERSIST = """
 WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
+), x AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                         $7::bigint[], $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
+           WITH ORDINALITY AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt, i)
+), dd AS (
+    INSERT INTO message_dedupe (sender_id, client_msg_id, conv_id, seq, server_time)
+    SELECT s, m, c, q, ts FROM x ORDER BY i
+    ON CONFLICT DO NOTHING
+    RETURNING conv_id, seq
 ), ins AS (
     INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled,
                           mentions, mention_all, reply_to)
     SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc, mn::bigint[], ma, rt
-      FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-                  $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
-           AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt)
+      FROM x WHERE (c, q) IN (SELECT conv_id, seq FROM dd)
     ON CONFLICT DO NOTHING
     RETURNING conv_id, seq, content_type, recalled, content ->> 'upload_id' AS upload_id
 ), carried AS (
@@ -172,6 +181,35 @@ async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]
     return sorted({int(h[1]) for h in hits})
 
 
+async def release_taken_keys(
+    conn: AsyncConnection, batch: list[NewMessage]
+) -> list[tuple[str, int]]:
+    """Give back the dedupe keys the batch claimed for a (conv_id, seq) that holds another
+    message, and return those (conv_id, seq). Seqs are never handed out twice, so this
+    finds nothing; were one reused, the persist statement would claim the key (it does
+    not probe messages, to stay one index insert per row) while the message is refused
+    by the primary key, and the key must not answer a resend with a seq that shows
+    another message. Run after any batch that stored fewer rows than it holds (replays
+    included), so a crash between the two leaves nothing behind."""
+    r = await conn.execute(
+        text(
+            "DELETE FROM message_dedupe d USING unnest(CAST(:s AS bigint[]), CAST(:m AS text[]), "
+            "CAST(:c AS text[]), CAST(:q AS bigint[])) AS x(s, m, c, q) "
+            "WHERE d.sender_id = x.s AND d.client_msg_id = x.m AND d.conv_id = x.c AND d.seq = x.q "
+            "AND EXISTS (SELECT 1 FROM messages e WHERE e.conv_id = x.c AND e.seq = x.q "
+            "AND (e.sender_id <> x.s OR e.client_msg_id <> x.m)) "
+            "RETURNING d.conv_id, d.seq"
+        ),
+        {
+            "s": [m.sender_id for m in batch],
+            "m": [m.client_msg_id for m in batch],
+            "c": [m.conv_id for m in batch],
+            "q": [m.seq for m in batch],
+        },
+    )
+    return sorted((str(c), int(q)) for c, q in r)
+
+
 async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) -> None:
     if not targets:
         return
@@ -187,12 +225,13 @@ async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) 
 async def by_dedupe_keys(
     conn: AsyncConnection, pairs: list[tuple[int, str]]
 ) -> dict[tuple[int, str], tuple[str, int, int]]:
-    """Batch form of by_dedupe_key: {(sender, client_msg_id): (conv_id, seq, server_time)}."""
+    """{(sender, client_msg_id): (conv_id, seq, server_time)} of the pairs stored, from
+    message_dedupe alone (keyed by sender, so no conversation needs to be known)."""
     r = await conn.execute(
         text(
-            "SELECT m.sender_id, m.client_msg_id, m.conv_id, m.seq, m.server_time FROM messages m "
+            "SELECT d.sender_id, d.client_msg_id, d.conv_id, d.seq, d.server_time FROM message_dedupe d "
             "JOIN unnest(CAST(:s AS bigint[]), CAST(:c AS text[])) AS x(s, c) "
-            "ON m.sender_id = x.s AND m.client_msg_id = x.c"
+            "ON d.sender_id = x.s AND d.client_msg_id = x.c"
         ),
         {"s": [p[0] for p in pairs], "c": [p[1] for p in pairs]},
     )
@@ -223,7 +262,10 @@ async def message_at(conn: AsyncConnection, conv_id: str, seq: int) -> dict[str,
 
 
 async def any_messages(conn: AsyncConnection) -> bool:
-    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM messages)"))
+    """Whether PostgreSQL holds any stored message, asked of message_dedupe (every
+    stored message has its row there): the one question about messages that names no
+    conversation reads the table the dedupe recheck it decides on reads."""
+    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM message_dedupe)"))
     return bool(r.scalar_one())
 
 

@@ -284,9 +284,14 @@ class Persister:
     async def _check_conflicts(self, batch: list[NewMessage]) -> None:
         """Rows skipped by ON CONFLICT are normally replays (already stored, same seq). A
         skipped row whose seq is absent means its (sender, client_msg_id) was stored under
-        another seq: a dedupe missed by Redis (its key expired or was lost)."""
-        async with self.ctx.db.connect() as conn:
+        another seq: a dedupe missed by Redis (its key expired or was lost). A skipped row
+        whose seq holds another message (a seq handed out twice) gives its dedupe key
+        back."""
+        async with self.ctx.db.begin() as conn:
             missing = await messages.absent(conn, [(m.conv_id, m.seq) for m in batch])
+            taken = await messages.release_taken_keys(conn, batch)
+        for conv_id, seq in taken:
+            log.error("message %s/%d not stored: its seq holds another message", conv_id, seq)
         for conv_id, seq in missing:
             metrics.DEDUPE_CONFLICTS.inc()
             log.error(

@@ -124,9 +124,36 @@ async def test_replayed_entry_is_idempotent(pstores: Stores, log_dir: Path) -> N
             )
         assert row is not None and row["sender_id"] == a.user_id
         assert orjson.loads(row["content"]) == {"text": text}
+        # the persister claimed the dedupe key once, for the stored seq
+        async with pg(pstores) as c:
+            keys = await c.fetch(
+                "SELECT conv_id, seq, server_time FROM message_dedupe "
+                "WHERE sender_id = $1 AND client_msg_id = $2",
+                a.user_id,
+                cmid,
+            )
+        assert [tuple(k) for k in keys] == [(conv, seq, int(ack["server_time"]))]
         # replayed, not dropped as malformed (either way the rows would look the same)
         assert srv.log_path is not None
         assert "malformed stream entry" not in srv.log_path.read_text(errors="replace")
+
+        # a seq handed out twice (never, by design): the stored message stays, and the
+        # other message's key is not left claimed for a seq that shows something else
+        other = f"other-{uuid.uuid4().hex}"
+        parts2 = [conv, str(a.user_id), other, "text", content, str(ack["server_time"]), "0", "0"]
+        async with rds(pstores) as r:
+            await r.xadd(STREAM, {"q": seq, "d": "\0".join(parts2)})
+        await eventually(lambda: _is(xlen(pstores), 0), timeout=10)
+        await eventually(lambda: _is(pending_count(pstores), 0), timeout=10)
+        assert await conv_rows(pstores, conv) == [(seq, cmid)]
+        async with pg(pstores) as c:
+            claimed = await c.fetchval(
+                "SELECT count(*) FROM message_dedupe WHERE sender_id = $1 AND client_msg_id = $2",
+                a.user_id,
+                other,
+            )
+        assert claimed == 0
+        assert "its seq holds another message" in srv.log_path.read_text(errors="replace")
 
         # the persister still works after the replays
         nxt = await conn.send(conv, "next", client_msg_id=f"next-{uuid.uuid4().hex}")

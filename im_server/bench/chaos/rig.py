@@ -56,8 +56,10 @@ class Monitor:
                 self._pg = await asyncpg.connect(self.rig.dsn, timeout=2)
             return int(
                 await self._pg.fetchval(
-                    "SELECT count(*) FROM messages m JOIN unnest($1::bigint[], $2::text[])"
-                    " AS k(s, c) ON m.sender_id = k.s AND m.client_msg_id = k.c",
+                    # by the dedupe key, then the message it claimed (by its conv_id)
+                    "SELECT count(*) FROM message_dedupe d JOIN unnest($1::bigint[], $2::text[])"
+                    " AS k(s, c) ON d.sender_id = k.s AND d.client_msg_id = k.c"
+                    " JOIN messages m ON m.conv_id = d.conv_id AND m.seq = d.seq",
                     [k[0] for k in keys],
                     [k[1] for k in keys],
                     timeout=2,
