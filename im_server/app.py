@@ -90,6 +90,8 @@ def build_context(settings: Settings) -> Context:
         low_water=max(1, settings.seq_block_size // 2),
         partitions=settings.stream_partitions,
         cluster=settings.redis_cluster,
+        wait_replicas=settings.wait_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout_ms,
     )
     engine = create_engine(settings)
     return Context(

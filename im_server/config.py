@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     # IM_REDIS_URL names one node of a Redis (7+) or Valkey Cluster: the client learns the rest
     redis_cluster: bool = False
+    # acks wait until this many replicas have the send script's writes (WAIT after the
+    # script, on its connection); unset: 1 in cluster mode, 0 on a single Redis
+    redis_wait_replicas: int | None = Field(default=None, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(default=500, ge=1, le=60_000)
     data_dir: Path = Path(".im-data")
     host: str = "127.0.0.1"
     port: int = 8000
@@ -233,6 +237,13 @@ class Settings(BaseSettings):
     def database_dsn(self) -> str | None:
         """The database URL as libpq and asyncpg spell it (``postgresql://``)."""
         return plain_pg_url(self.database_url) if self.database_url else None
+
+    @property
+    def wait_replicas(self) -> int:
+        """Replicas a send's writes must reach before its ack (see ``redis_wait_replicas``)."""
+        if self.redis_wait_replicas is not None:
+            return self.redis_wait_replicas
+        return 1 if self.redis_cluster else 0
 
     @property
     def push_enabled(self) -> bool:

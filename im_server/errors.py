@@ -47,12 +47,16 @@ def is_store_error(exc: BaseException) -> bool:
     """A failure to reach PostgreSQL or Redis (answered 503 ``unavailable``)."""
     import asyncio
 
+    from redis.exceptions import ClusterError, MasterDownError, ReadOnlyError, TryAgainError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
     if isinstance(exc, (OSError, asyncio.TimeoutError, RedisConnectionError, RedisTimeoutError)):
+        return True
+    # a Redis Cluster between two maps (a fail-over, a slot moving): retried by the client
+    if isinstance(exc, (ClusterError, TryAgainError, MasterDownError, ReadOnlyError)):
         return True
     if isinstance(exc, (OperationalError, InterfaceError, PoolTimeout)):
         return True

@@ -7,12 +7,18 @@ counters of different slots) and presence work; no call crosses slots."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
-from im_server.client import ApiError, Client
+from im_server.client import ApiError, Client, Connection
+from im_server.runtime.embedded import EmbeddedRuntimeError
 from im_server.runtime.valkey_cluster import EmbeddedCluster, slot_of, start_cluster
 from im_server.storage.redis import keys
 from tests.support import (
@@ -20,6 +26,7 @@ from tests.support import (
     ServerProcess,
     Stores,
     befriend,
+    eventually,
     linked_servers,
     new_user,
     pg,
@@ -143,3 +150,140 @@ async def test_a_failed_login_is_counted_on_the_cluster(
     assert again.user_id == a.user_id
     await again.aclose()
     await a.aclose()
+
+
+def _replica_ports(cluster: EmbeddedCluster, primary: int) -> list[int]:
+    r = redis.Redis(host="127.0.0.1", port=primary, password=cluster.password)
+    try:
+        info = r.info("replication")
+    finally:
+        r.close()
+    return [int(v["port"]) for k, v in info.items() if k.startswith("slave")]
+
+
+async def test_an_ack_waits_for_a_replica(
+    cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess]
+) -> None:
+    """With the replica of a partition's primary frozen, a send there is not acked: it is
+    answered `unavailable` after the wait (IM_REDIS_WAIT_TIMEOUT_MS); its retry, once
+    the replica is back, gets the first send's seq as a duplicate."""
+    s1, _ = on_cluster
+    a, b = await new_user(s1.url, "wa"), await new_user(s1.url, "wb")
+    conv = await befriend(a, b)
+    primary = cluster.slot_owner(slot_of(keys.stream(keys.partition_of(conv, PARTITIONS))))
+    replicas = _replica_ports(cluster, primary)
+    assert replicas, "the primary should have a replica"
+    conn = await a.connect()
+    assert (await conn.send(conv, "before"))["ok"]
+    pids = [cluster.node(port).pid() for port in replicas]
+    for pid in pids:
+        os.kill(pid or 0, signal.SIGSTOP)
+    try:
+        refused = await conn.send(conv, "while the replica sleeps", client_msg_id="w-1")
+    finally:
+        for pid in pids:
+            os.kill(pid or 0, signal.SIGCONT)
+    assert refused["ok"] is False and refused["code"] == "unavailable", refused
+    again = await eventually(lambda: _acked(conn, conv, "w-1"), timeout=30)
+    assert again["duplicate"] is True, again
+    await conn.close()
+    await a.aclose()
+    await b.aclose()
+
+
+async def _acked(conn: Connection, conv: str, cmid: str) -> dict[str, Any] | None:
+    ack = await conn.send(conv, "while the replica sleeps", client_msg_id=cmid)
+    return ack if ack["ok"] else None
+
+
+async def test_kill9_of_a_primary_loses_no_acked_send(
+    cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess], stores: Stores
+) -> None:
+    """Sends run on every shard while the primary of one conversation's partition is
+    killed: an ack says the sends reached a replica (WAIT), so after the replica takes
+    over every acked send is stored exactly once under its acked seq, no seq serves two
+    messages, and sends to that partition are acked again within 30 s (a client retries
+    an `unavailable` send with the same client_msg_id). The promoted replica has no
+    replica of its own until the killed node is back (restarted as a supervisor would,
+    once the fail-over is done): until then its sends are refused, not acked unsafely."""
+    s1, _s2 = on_cluster
+    a = await new_user(s1.url, "ka")
+    friends = [await new_user(s1.url, "kf") for _ in range(6)]
+    convs = [await befriend(a, f) for f in friends]
+    victim_slot = slot_of(keys.stream(keys.partition_of(convs[0], PARTITIONS)))
+    victim_port = cluster.slot_owner(victim_slot)
+    conn = await a.connect()
+    acked: dict[str, tuple[str, int]] = {}  # client_msg_id -> (conv, seq)
+    refused: list[str] = []
+    killed_at = 0.0
+    back_after_kill: float | None = None
+    loop = asyncio.get_running_loop()
+
+    async def send_until_acked(conv: str, cmid: str) -> None:
+        nonlocal back_after_kill
+        deadline = loop.time() + 40
+        while True:
+            started = loop.time()
+            ack = await conn.send(conv, cmid, client_msg_id=cmid)
+            if ack["ok"]:
+                acked[cmid] = (conv, int(ack["seq"]))
+                after_kill = killed_at and started > killed_at
+                if conv == convs[0] and after_kill and back_after_kill is None:
+                    back_after_kill = loop.time() - killed_at
+                return
+            assert ack["code"] == "unavailable", ack
+            refused.append(cmid)
+            assert loop.time() < deadline, f"{cmid} not acked within 40 s"
+            await asyncio.sleep(0.2)  # a client's retry pace, not a sync point
+
+    async def load(rounds: int) -> None:
+        for r in range(rounds):
+            await asyncio.gather(*(send_until_acked(c, f"k{n}-{r}") for n, c in enumerate(convs)))
+
+    def owner() -> int | None:
+        try:
+            return cluster.slot_owner(victim_slot)
+        except EmbeddedRuntimeError:  # failed, no replica promoted yet
+            return None
+
+    def restart_after_fail_over() -> None:
+        deadline = time.monotonic() + 30
+        while owner() in (victim_port, None):
+            assert time.monotonic() < deadline, "no fail-over within 30 s"
+            time.sleep(0.1)  # polling the cluster's own view
+        cluster.restart_node(victim_port)  # back, as the new primary's replica
+
+    task = asyncio.create_task(load(60))
+    await eventually(lambda: len(acked) >= 3 * len(convs), timeout=30)  # load on every shard
+    cluster.kill_node(victim_port)
+    killed_at = loop.time()
+    try:
+        await asyncio.to_thread(restart_after_fail_over)
+        await asyncio.wait_for(task, 120)
+    finally:
+        if cluster.node(victim_port).pid() is None:
+            await asyncio.to_thread(cluster.restart_node, victim_port)
+    assert back_after_kill is not None and back_after_kill < 30, back_after_kill
+    print(
+        f"\n[kill -9 of a primary] acked again after {back_after_kill:.1f} s; "
+        f"{len(refused)} sends answered unavailable and retried"
+    )
+    assert len(acked) == 60 * len(convs)
+
+    async with pg(stores) as db:
+        deadline = loop.time() + 30
+        while True:
+            rows = await db.fetch(
+                "SELECT conv_id, seq, client_msg_id FROM messages WHERE conv_id = ANY($1)",
+                convs,
+            )
+            if len(rows) >= len(acked) or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    stored = {r["client_msg_id"]: (r["conv_id"], int(r["seq"])) for r in rows}
+    assert len(rows) == len(stored), "a client_msg_id stored twice"
+    assert stored == acked, {k: (acked.get(k), stored.get(k)) for k in set(acked) ^ set(stored)}
+    await conn.close()
+    await a.aclose()
+    for f in friends:
+        await f.aclose()

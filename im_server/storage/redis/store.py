@@ -14,10 +14,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 
+from im_server.errors import is_store_error
 from im_server.storage.redis import keys
 from im_server.storage.redis.replies import (
     ScriptReplyError,
@@ -36,6 +39,11 @@ from im_server.storage.redis.replies import (
 
 log = logging.getLogger("im_server.redis")
 _SCRIPTS = Path(__file__).parent / "scripts"
+
+
+class ReplicaWaitError(RedisConnectionError):
+    """Sends that could not be shown to have reached a replica before their ack (a store
+    failure: ``unavailable``)."""
 
 
 @dataclass(slots=True)
@@ -83,9 +91,14 @@ class RedisStore:
         low_water: int = 500,
         partitions: int = 1,
         cluster: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 500,
     ) -> None:
         self.url = url
         self.cluster = cluster
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+        self._nodes: dict[tuple[str, int], aioredis.Redis] = {}  # a plain client per node
         self.partitions = partitions  # IM_STREAM_PARTITIONS: a conversation's keys carry its tag
         self.dedupe_ttl = dedupe_ttl
         self.low_water = low_water
@@ -106,6 +119,7 @@ class RedisStore:
         # The cluster client offers every command used here under the same names; it
         # routes each by its key (a script by its first key) and follows MOVED and ASK.
         # Typed as the plain client: its stubs are the ones the calls here match.
+        self._options = dict(options)
         if cluster:
             hook = options.pop("redis_connect_func")
             rc = RedisCluster.from_url(url, **options)
@@ -159,6 +173,8 @@ class RedisStore:
         return keys.partition_of(conv_id, self.partitions)
 
     async def close(self) -> None:
+        for node in self._nodes.values():
+            await node.aclose()
         await self.client.aclose()
 
     async def ping(self) -> bool:
@@ -191,10 +207,80 @@ class RedisStore:
                 f"{a.server_time}\0{'1' if a.skip_perm else '0'}\0{'1' if a.skip_cold else '0'}"
                 + encode_extras(a)
             )
-        res = await self._send(keys=[keys.stream(part), keys.boot(part)], args=v)
+        script_keys = [keys.stream(part), keys.boot(part)]
+        if self.wait_replicas:
+            res = await self._send_and_wait(script_keys, v)
+        else:
+            res = await self._send(keys=script_keys, args=v)
         if not isinstance(res, list) or len(res) != len(items):
             raise ScriptReplyError(f"send script: {len(items)} answers expected, got {res!r:.200}")
         return [parse_send(r) for r in res]
+
+    async def _send_and_wait(self, script_keys: list[str], args: list[str | int]) -> Any:
+        """The send script, then ``WAIT``, on one connection to the primary serving the
+        partition: ``WAIT`` counts the writes of its own connection, so only this order
+        on one connection says that the sends reached a replica before they are acked.
+        Too few replicas in time: ``ReplicaWaitError`` (answered ``unavailable``; the
+        client's retry of the same client_msg_id gets the first ack, or, if the writes
+        were lost with their primary, is sent anew). A stale slot map (``MOVED``) is
+        refreshed and the call made once more; a slot on the move (``ASK``) fails the
+        same way as too few replicas."""
+        for attempt in (1, 2):
+            client = await self._primary_for(script_keys[0])
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(self._send.sha, len(script_keys), *script_keys, *args)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            try:
+                res, acked = await pipe.execute()
+            except NoScriptError:
+                await client.script_load(self._send.script)
+                continue
+            except ResponseError as e:
+                if str(e).startswith("MOVED") and attempt == 1 and self.cluster:
+                    await self._cluster().nodes_manager.initialize()  # a fresh slot map
+                    continue
+                if self.cluster and is_store_error(e):  # a demoted primary (READONLY)
+                    await self._refresh_map()
+                raise
+            except RedisConnectionError:
+                if self.cluster:  # its primary is gone: the next call asks for the new map
+                    await self._refresh_map()
+                raise
+            if int(acked) < self.wait_replicas:
+                raise ReplicaWaitError(
+                    f"{acked} of {self.wait_replicas} replicas took the sends in "
+                    f"{self.wait_timeout_ms} ms"
+                )
+            return res
+        raise ReplicaWaitError("the send script could not be run on the partition's primary")
+
+    async def _primary_for(self, key: str) -> aioredis.Redis:
+        """A plain client to the primary serving ``key`` (the single Redis otherwise)."""
+        if not self.cluster:
+            return self.client
+        rc = self._cluster()
+        await rc.initialize()  # the map is learnt on first use (a no-op after)
+        node = rc.get_node_from_key(key)
+        if node is None:
+            raise ReplicaWaitError(f"no node serves the slot of {key}")
+        addr = (str(node.host), int(node.port))
+        client = self._nodes.get(addr)
+        if client is None:
+            conn = parse_url(self.url)
+            options = {**self._options, **{k: v for k, v in conn.items() if k != "db"}}
+            options.update(host=addr[0], port=addr[1])
+            client = self._nodes[addr] = aioredis.Redis(**options)
+        return client
+
+    async def _refresh_map(self) -> None:
+        try:
+            await self._cluster().nodes_manager.initialize()
+        except Exception as e:  # noqa: BLE001 - the cluster is down: the next call tries again
+            log.debug("refreshing the cluster map failed: %r", e)
+
+    def _cluster(self) -> RedisCluster:
+        assert isinstance(self.client, RedisCluster)
+        return self.client
 
     async def extend_seq(
         self, conv_id: str, old_reserved: int, new_reserved: int
