@@ -107,33 +107,57 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 
 class Local:
-    """Stores + im-server + echo, started by the bench itself."""
+    """Stores + im-server + echo, started by the bench itself: a single Valkey, or a
+    Valkey Cluster of ``cluster`` primaries with a replica each; ``gateways`` server
+    processes (receivers connect to the last one, so with two a message crosses
+    processes); ``partitions`` stream partitions."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, *, cluster: int = 0, gateways: int = 1, partitions: int = 1
+    ) -> None:
         from im_server.runtime.embedded import start_postgres, start_redis, start_s3
+        from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
         from im_server.storage.db import run_migrations
 
         self.pg = start_postgres(root / "pg", fsync=True)
-        self.redis = start_redis(root / "redis")
+        self.cluster: EmbeddedCluster | None = None
+        self.redis = None
+        if cluster:
+            self.cluster = start_cluster(root / "valkey", primaries=cluster)
+            redis_url = self.cluster.url
+        else:
+            self.redis = start_redis(root / "redis")
+            redis_url = self.redis.url
+        self.redis_url = redis_url
+        self.partitions = partitions
         self.s3 = start_s3(root / "s3")
         run_migrations(self.pg.url)
-        self.port = free_port()
         env = {
             **os.environ,
             **BENCH_ENV,
             "IM_DATABASE_URL": self.pg.url,
-            "IM_REDIS_URL": self.redis.url,
+            "IM_REDIS_URL": redis_url,
+            "IM_REDIS_CLUSTER": "true" if cluster else "false",
+            "IM_STREAM_PARTITIONS": str(partitions),
             **self.s3.env(),
         }
         self.log = open(root / "server.log", "wb")
-        self.server = subprocess.Popen(
-            [sys.executable, "-m", "im_server", "serve", "--port", str(self.port)],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_http(self.url)
+        self.servers: list[subprocess.Popen[bytes]] = []
+        self.urls: list[str] = []
+        for i in range(gateways):
+            port = free_port()
+            self.servers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "im_server", "serve", "--port", str(port)],
+                    env={**env, "IM_NODE_NAME": f"bench-{i + 1}"},
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            self.urls.append(f"http://127.0.0.1:{port}")
+            wait_http(self.urls[-1])
+        self.url = self.urls[0]
+        self.recv_url = self.urls[-1]
         self.echo_port = free_port()
         self.echo = subprocess.Popen(
             [sys.executable, "-m", "im_server.bench.echo", str(self.echo_port)],
@@ -142,13 +166,21 @@ class Local:
         )
         wait_port(self.echo_port)
 
+    def _redis_pids(self) -> list[int]:
+        if self.cluster is not None:
+            return [n.pid() or 0 for n in self.cluster.nodes]
+        return [self.redis.pid() or 0] if self.redis is not None else []
+
     def im_procs(self) -> Procs:
-        return Procs(pids=[self.server.pid, self.redis.pid() or 0], tree_roots=[self.pg.pid() or 0])
+        return Procs(
+            pids=[s.pid for s in self.servers] + self._redis_pids(),
+            tree_roots=[self.pg.pid() or 0],
+        )
 
     def parts(self) -> dict[str, Procs]:
         return {
-            "gateway": Procs(pids=[self.server.pid]),
-            "redis": Procs(pids=[self.redis.pid() or 0]),
+            "gateway": Procs(pids=[s.pid for s in self.servers]),
+            "redis": Procs(pids=self._redis_pids()),
             "postgres": Procs(tree_roots=[self.pg.pid() or 0]),
         }
 
@@ -156,14 +188,17 @@ class Local:
         return Procs(pids=[self.echo.pid])
 
     def stop(self) -> None:
-        for p in (self.server, self.echo):
+        for p in (*self.servers, self.echo):
             p.terminate()
             try:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
         self.s3.stop()
-        self.redis.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
+        if self.redis is not None:
+            self.redis.stop()
         self.pg.stop()
         self.log.close()
 
@@ -202,6 +237,7 @@ async def run_phase(
     procs: Procs | None,
     rate: float | None = None,
     echo_url: str | None = None,
+    recv_url: str | None = None,
 ) -> tuple[Stats, float]:
     """One timed phase; returns the stats and the server CPU seconds it cost."""
     stats = Stats()
@@ -212,7 +248,7 @@ async def run_phase(
         receivers = [await open_ws(echo_url) for _ in pairs]  # idle, as many connections
     else:
         senders = [await open_ws(ws_url(url, p[0])) for p in pairs]
-        receivers = [await open_ws(ws_url(url, p[1])) for p in pairs]
+        receivers = [await open_ws(ws_url(recv_url or url, p[1])) for p in pairs]
     rtasks = [asyncio.create_task(receiver(r, stats)) for r in receivers] if not echo_url else []
     cpu0 = procs.cpu() if procs else 0.0
     stats.started = time.perf_counter()
@@ -305,17 +341,28 @@ async def verify(
 
 
 async def drain_time(local: Local | None, timeout: float = 30) -> tuple[int, float]:
-    """Stream depth when the load stopped, and seconds until it reached 0."""
+    """Stream depth (all partitions) when the load stopped, and seconds until it was 0."""
     if local is None:
         return -1, float("nan")
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
 
-    r = aioredis.Redis.from_url(local.redis.url)
+    from im_server.storage.redis import keys
+
+    r: Any = (
+        RedisCluster.from_url(local.redis_url)
+        if local.cluster is not None
+        else aioredis.Redis.from_url(local.redis_url)
+    )
+
+    async def depth() -> int:
+        return sum([int(await r.xlen(keys.stream(p))) for p in range(local.partitions)])
+
     try:
         t0 = time.monotonic()
-        depth0 = int(await r.xlen("im:stream:{p0}"))
+        depth0 = await depth()
         while time.monotonic() - t0 < timeout:
-            if int(await r.xlen("im:stream:{p0}")) == 0:
+            if await depth() == 0:
                 return depth0, time.monotonic() - t0
             await asyncio.sleep(0.01)
         return depth0, float("inf")
@@ -336,7 +383,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         else:
             tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
             console.print("starting PostgreSQL, Redis, im-server and the echo baseline …")
-            local = Local(Path(tmp.name))
+            local = Local(
+                Path(tmp.name),
+                cluster=args.cluster,
+                gateways=args.gateways,
+                partitions=args.partitions,
+            )
             url = local.url
         pairs = await make_pairs(url, args.pairs)
         result: dict[str, Any] = {
@@ -344,7 +396,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "window": args.window,
             "duration_s": args.duration,
             "size": args.size,
+            "cluster_primaries": args.cluster,
+            "gateways": args.gateways,
+            "partitions": args.partitions,
         }
+        recv_url = local.recv_url if local is not None else None
         if local is not None:
             echo_stats, echo_cpu = await run_phase(
                 "echo",
@@ -374,6 +430,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             args.duration,
             args.size,
             local.im_procs() if local else None,
+            recv_url=recv_url,
         )
         parts1 = {k: v.cpu() for k, v in local.parts().items()} if local else {}
         depth, drain_s = await drain_time(local)
@@ -425,6 +482,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 args.size,
                 local.im_procs() if local else None,
                 rate=rate,
+                recv_url=recv_url,
             )
             result["im_half_rate"] = {
                 "target_per_s": rate,
@@ -466,7 +524,7 @@ async def idle_connections(args: argparse.Namespace) -> dict[str, Any]:
         users = await register_many(
             local.url, max(1, args.idle // 100), f"idle{uuid.uuid4().hex[:6]}"
         )
-        proc = psutil.Process(local.server.pid)
+        proc = psutil.Process(local.servers[0].pid)
         rss0 = proc.memory_info().rss
         conns = []
         t0 = time.perf_counter()
@@ -633,6 +691,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=60, help="text length of each message")
     p.add_argument(
         "--half-rate", action="store_true", help="also run at half the measured rate (latency)"
+    )
+    p.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        help="run the stores' Redis as a Valkey Cluster of this many primaries (a replica each)",
+    )
+    p.add_argument(
+        "--gateways", type=int, default=1, help="server processes (receivers on the last)"
+    )
+    p.add_argument(
+        "--partitions", type=int, default=1, help="stream partitions (IM_STREAM_PARTITIONS)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument(
