@@ -196,6 +196,63 @@ async def _acked(conn: Connection, conv: str, cmid: str) -> dict[str, Any] | Non
     return ack if ack["ok"] else None
 
 
+class Load:
+    """One sender's sends to every conversation, round after round; an `unavailable`
+    answer is retried with the same client_msg_id, as a client does. Records each ack and
+    when the sends to ``watched`` were first acked again after ``mark()``."""
+
+    def __init__(self, conn: Connection, convs: list[str], tag: str) -> None:
+        self.conn, self.convs, self.tag = conn, convs, tag
+        self.acked: dict[str, tuple[str, int]] = {}  # client_msg_id -> (conv, seq)
+        self.refused = 0
+        self.marked = 0.0
+        self.back_after: float | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def mark(self) -> None:
+        self.marked = self.loop.time()
+
+    async def _send(self, conv: str, cmid: str) -> None:
+        deadline = self.loop.time() + 40
+        while True:
+            started = self.loop.time()
+            ack = await self.conn.send(conv, cmid, client_msg_id=cmid)
+            if ack["ok"]:
+                self.acked[cmid] = (conv, int(ack["seq"]))
+                after = self.marked and started > self.marked
+                if conv == self.convs[0] and after and self.back_after is None:
+                    self.back_after = self.loop.time() - self.marked
+                return
+            assert ack["code"] == "unavailable", ack
+            self.refused += 1
+            assert self.loop.time() < deadline, f"{cmid} not acked within 40 s"
+            await asyncio.sleep(0.2)  # a client's retry pace, not a sync point
+
+    async def run(self, rounds: int) -> None:
+        for r in range(rounds):
+            await asyncio.gather(
+                *(self._send(c, f"{self.tag}{n}-{r}") for n, c in enumerate(self.convs))
+            )
+
+
+async def assert_stored_once(stores: Stores, convs: list[str], acked: dict[str, Any]) -> None:
+    """Every acked send stored exactly once, under its acked seq (so no seq served two)."""
+    loop = asyncio.get_running_loop()
+    async with pg(stores) as db:
+        deadline = loop.time() + 30
+        while True:
+            rows = await db.fetch(
+                "SELECT conv_id, seq, client_msg_id FROM messages WHERE conv_id = ANY($1)",
+                convs,
+            )
+            if len(rows) >= len(acked) or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    stored = {r["client_msg_id"]: (r["conv_id"], int(r["seq"])) for r in rows}
+    assert len(rows) == len(stored), "a client_msg_id stored twice"
+    assert stored == acked, {k: (acked.get(k), stored.get(k)) for k in set(acked) ^ set(stored)}
+
+
 async def test_kill9_of_a_primary_loses_no_acked_send(
     cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess], stores: Stores
 ) -> None:
@@ -213,32 +270,7 @@ async def test_kill9_of_a_primary_loses_no_acked_send(
     victim_slot = slot_of(keys.stream(keys.partition_of(convs[0], PARTITIONS)))
     victim_port = cluster.slot_owner(victim_slot)
     conn = await a.connect()
-    acked: dict[str, tuple[str, int]] = {}  # client_msg_id -> (conv, seq)
-    refused: list[str] = []
-    killed_at = 0.0
-    back_after_kill: float | None = None
-    loop = asyncio.get_running_loop()
-
-    async def send_until_acked(conv: str, cmid: str) -> None:
-        nonlocal back_after_kill
-        deadline = loop.time() + 40
-        while True:
-            started = loop.time()
-            ack = await conn.send(conv, cmid, client_msg_id=cmid)
-            if ack["ok"]:
-                acked[cmid] = (conv, int(ack["seq"]))
-                after_kill = killed_at and started > killed_at
-                if conv == convs[0] and after_kill and back_after_kill is None:
-                    back_after_kill = loop.time() - killed_at
-                return
-            assert ack["code"] == "unavailable", ack
-            refused.append(cmid)
-            assert loop.time() < deadline, f"{cmid} not acked within 40 s"
-            await asyncio.sleep(0.2)  # a client's retry pace, not a sync point
-
-    async def load(rounds: int) -> None:
-        for r in range(rounds):
-            await asyncio.gather(*(send_until_acked(c, f"k{n}-{r}") for n, c in enumerate(convs)))
+    load = Load(conn, convs, "k")
 
     def owner() -> int | None:
         try:
@@ -253,36 +285,60 @@ async def test_kill9_of_a_primary_loses_no_acked_send(
             time.sleep(0.1)  # polling the cluster's own view
         cluster.restart_node(victim_port)  # back, as the new primary's replica
 
-    task = asyncio.create_task(load(60))
-    await eventually(lambda: len(acked) >= 3 * len(convs), timeout=30)  # load on every shard
+    task = asyncio.create_task(load.run(60))
+    await eventually(lambda: len(load.acked) >= 3 * len(convs), timeout=30)  # every shard
     cluster.kill_node(victim_port)
-    killed_at = loop.time()
+    load.mark()
     try:
         await asyncio.to_thread(restart_after_fail_over)
         await asyncio.wait_for(task, 120)
     finally:
         if cluster.node(victim_port).pid() is None:
             await asyncio.to_thread(cluster.restart_node, victim_port)
-    assert back_after_kill is not None and back_after_kill < 30, back_after_kill
+    assert load.back_after is not None and load.back_after < 30, load.back_after
     print(
-        f"\n[kill -9 of a primary] acked again after {back_after_kill:.1f} s; "
-        f"{len(refused)} sends answered unavailable and retried"
+        f"\n[kill -9 of a primary] acked again after {load.back_after:.1f} s; "
+        f"{load.refused} sends answered unavailable and retried"
     )
-    assert len(acked) == 60 * len(convs)
+    assert len(load.acked) == 60 * len(convs)
+    await assert_stored_once(stores, convs, load.acked)
+    await conn.close()
+    await a.aclose()
+    for f in friends:
+        await f.aclose()
 
-    async with pg(stores) as db:
-        deadline = loop.time() + 30
-        while True:
-            rows = await db.fetch(
-                "SELECT conv_id, seq, client_msg_id FROM messages WHERE conv_id = ANY($1)",
-                convs,
-            )
-            if len(rows) >= len(acked) or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.2)
-    stored = {r["client_msg_id"]: (r["conv_id"], int(r["seq"])) for r in rows}
-    assert len(rows) == len(stored), "a client_msg_id stored twice"
-    assert stored == acked, {k: (acked.get(k), stored.get(k)) for k in set(acked) ^ set(stored)}
+
+async def test_a_slot_move_under_load_keeps_every_guarantee(
+    cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess], stores: Stores
+) -> None:
+    """Resharding under load: the slot of one conversation's partition (its stream, seq
+    counters, dedupe keys, boot marker) moves to another primary while sends run on every
+    shard. Clients are sent on (ASK, then MOVED); a send the move catches half-way is
+    answered `unavailable` and retried. Every acked send is stored exactly once under its
+    acked seq, the moved partition's sends are acked again, and the slot ends on the
+    target."""
+    s1, _s2 = on_cluster
+    a = await new_user(s1.url, "ma")
+    friends = [await new_user(s1.url, "mf") for _ in range(6)]
+    convs = [await befriend(a, f) for f in friends]
+    slot = slot_of(keys.stream(keys.partition_of(convs[0], PARTITIONS)))
+    source = cluster.slot_owner(slot)
+    target = next(p.port for p in cluster.primaries() if p.port != source)
+    conn = await a.connect()
+    load = Load(conn, convs, "m")
+    task = asyncio.create_task(load.run(40))
+    await eventually(lambda: len(load.acked) >= 3 * len(convs), timeout=30)  # every shard
+    moved = await asyncio.to_thread(cluster.migrate_slots, [slot], target)
+    load.mark()
+    await asyncio.wait_for(task, 120)
+    assert moved >= 3, moved  # the stream, the boot marker, counters and dedupe keys
+    assert cluster.slot_owner(slot) == target
+    assert load.back_after is not None and load.back_after < 30, load.back_after
+    print(
+        f"\n[slot move] {moved} keys moved; {load.refused} sends answered unavailable and retried"
+    )
+    assert len(load.acked) == 40 * len(convs)
+    await assert_stored_once(stores, convs, load.acked)
     await conn.close()
     await a.aclose()
     for f in friends:
