@@ -161,6 +161,25 @@ async def test_too_many_failures_from_one_address(
         await real.aclose()
 
 
+async def test_a_burst_of_usernames_from_one_address_is_throttled_after_the_limit(
+    guarded: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    """Each username once, all at the same time, from one address: exactly ADDR_MAX are
+    checked, however the attempts interleave on the two counters."""
+    addr = new_addr()
+    burst = await asyncio.gather(
+        *(
+            attempt(http, guarded.url, f"nobody{uuid.uuid4().hex[:8]}", "x" * 10, addr)
+            for _ in range(ADDR_MAX + 10)
+        )
+    )
+    got = statuses(burst)
+    assert got.count(401) == ADDR_MAX and got.count(429) == 10, got
+    for r in burst:
+        if r.status_code == 429:
+            assert_throttled(r)
+
+
 async def test_a_successful_login_clears_the_username_count(
     guarded: ServerProcess, http: httpx.AsyncClient
 ) -> None:

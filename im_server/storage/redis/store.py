@@ -464,14 +464,21 @@ class RedisStore:
     # ---- attempt counters (failed logins) ---------------------------------------------------
 
     async def take_attempts(self, limits: list[tuple[str, int]], window_s: int) -> list[bool]:
-        """Count one attempt on each ``(key, limit)`` counter, atomically per counter
-        (``attempt_take.lua``); per counter, True when counted, False when its limit was
-        already reached (nothing counted there). The calls are in flight at once (script
-        calls cannot share a pipeline on a Cluster)."""
-        answers = await asyncio.gather(
-            *(self._take(keys=[key], args=[limit, window_s]) for key, limit in limits)
-        )
-        return [parse_flag(x, "attempt_take") for x in answers]
+        """Count one attempt on each ``(key, limit)`` counter in turn, atomically per
+        counter (``attempt_take.lua``), stopping at the first whose limit was already
+        reached; per counter, True when counted, False when refused or not reached.
+
+        Why in turn, not at once: the counters sit in different slots on a Cluster, so
+        no one script can take them all. Taken at once, a burst refused by its first
+        counter would still count on the second for a moment, and a rightful attempt
+        could be refused there by attempts that were never going to be checked."""
+        taken: list[bool] = []
+        for key, limit in limits:
+            ok = parse_flag(await self._take(keys=[key], args=[limit, window_s]), "attempt_take")
+            taken.append(ok)
+            if not ok:
+                break
+        return taken + [False] * (len(limits) - len(taken))
 
     async def settle_attempts(self, give: list[str], clear: list[str]) -> None:
         """Give an attempt back on the ``give`` counters (``attempt_give.lua``) and drop
