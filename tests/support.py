@@ -11,7 +11,7 @@ import socket
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -110,14 +110,15 @@ def wait_nodes_linked(url1: str, url2: str, timeout: float = 15.0) -> None:
 
 @contextlib.contextmanager
 def linked_servers(
-    env: dict[str, str], *names: str
+    env: dict[str, str], *names: str, extra_args: Sequence[str] = ()
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two ``im-server serve`` processes on the same stores, named ``names``, started and
     known to each other (a push crosses both ways) before the block runs; stopped after."""
-    s1 = ServerProcess(env={**env, "IM_NODE_NAME": names[0]}).start()
+    args = list(extra_args)
+    s1 = ServerProcess(env={**env, "IM_NODE_NAME": names[0]}, extra_args=args).start()
     s2: ServerProcess | None = None
     try:
-        s2 = ServerProcess(env={**env, "IM_NODE_NAME": names[1]}).start()
+        s2 = ServerProcess(env={**env, "IM_NODE_NAME": names[1]}, extra_args=args).start()
         wait_nodes_linked(s1.url, s2.url)
         yield s1, s2
     finally:

@@ -1,11 +1,12 @@
-"""Cross-process delivery over Redis pub/sub, one channel per user: a process subscribes
-to the channels of the users connected to it, so a message reaches only the processes
-that hold a recipient (never a firehose to every process). A process that knows it is
-the only live node skips publishing altogether. A control channel carries cache
+"""Cross-process delivery over Redis pub/sub: each process listens on its own inbox and
+lists itself in a registry under the users connected to it; a frame is published to the
+inboxes of the processes that hold a recipient, one message per process (never a
+firehose to every process, never one message per user). A process that knows it is the
+only live node skips publishing altogether. A control channel carries cache
 invalidations (members, revoked tokens) and node joins.
 
-This module decides what to deliver where; the channels, the envelope and the listening
-connection are ``storage/redis/pubsub.py``'s."""
+This module decides what to deliver when; the channels, the envelope, the registry and
+the listening connections are ``storage/redis/pubsub.py``'s."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from im_server.storage.redis.store import RedisStore
 log = logging.getLogger("im_server.fanout")
 PRESENCE_S = 1.0  # how often this node says it is alive (``beat``)
 NODE_TTL_MS = 5000  # a node that missed this long of beats is gone
-PUBLISH_BATCH = 2000
+PUBLISH_BATCH = 2000  # recipients per registry read and publish round trip
 CLOSE_UNAUTHORIZED = CloseCode.UNAUTHORIZED
 
 
@@ -34,7 +35,8 @@ class Fanout:
         self.node = ctx.settings.node_name
         self.others = False  # another live node exists: publish
         self._announced = False
-        self._outbox: list[pubsub.Outgoing] = []
+        self._outbox: list[pubsub.ForUsers] = []
+        self._control: list[pubsub.Outgoing] = []
         self._wake = asyncio.Event()
         self._subscriber = pubsub.Subscriber(redis, self.node, self._on_message)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -46,23 +48,24 @@ class Fanout:
     ) -> None:
         self.hub.deliver(user_ids, text, exclude_conn)
         if self.others:
-            self._outbox += pubsub.user_frames(self.node, user_ids, text)
+            self._outbox.append((tuple(user_ids), text))
             self._wake.set()
 
     def invalidate(self, kind: str, key: str) -> None:
-        self._outbox.append(pubsub.control(self.node, kind, key))
+        self._control.append(pubsub.control(self.node, kind, key))
         self._wake.set()
         self._apply_control(kind, key)
 
     # ---- subscriptions -------------------------------------------------------------------
 
     async def subscribe_user(self, user_id: int) -> None:
-        """Subscribe to the user's channel; bounded so a slow Redis cannot hold up a login
-        (the listener resubscribes everything when it reconnects)."""
+        """List this process in the user's registry entry, so that frames for the user
+        come here; bounded so a slow Redis cannot hold up a login (the listener writes
+        every entry again when it reconnects, and every few seconds)."""
         try:
             await asyncio.wait_for(self._subscriber.add_user(user_id), 1.0)
         except TimeoutError:
-            log.warning("subscribing user %d took over a second", user_id)
+            log.warning("registering user %d took over a second", user_id)
 
     def user_offline(self, user_id: int) -> None:
         self.ctx.spawn(self._subscriber.remove_user(user_id, self._still_here))
@@ -106,23 +109,35 @@ class Fanout:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._outbox:
-                batch = self._outbox[:PUBLISH_BATCH]
-                self._outbox = self._outbox[PUBLISH_BATCH:]
+            while self._outbox or self._control:
+                ctl, self._control = self._control, []
+                batch = self._take_batch()
                 try:
-                    await pubsub.publish(self.redis, batch)
+                    await pubsub.publish(self.redis, ctl)
+                    await pubsub.send_to_users(self.redis, self.node, batch)
                 except Exception as e:  # noqa: BLE001 - pushes are best effort; sync catches up
                     log.warning("publish of %d frames failed: %r", len(batch), e)
                     await asyncio.sleep(0.5)
+
+    def _take_batch(self) -> list[pubsub.ForUsers]:
+        """The oldest frames, up to PUBLISH_BATCH recipients (at least one frame)."""
+        n = users = 0
+        for user_ids, _ in self._outbox:
+            n += 1
+            users += len(user_ids)
+            if users >= PUBLISH_BATCH:
+                break
+        batch, self._outbox = self._outbox[:n], self._outbox[n:]
+        return batch
 
     # ---- from other nodes ----------------------------------------------------------------
 
     def _on_message(self, msg: pubsub.Message) -> None:
         match msg:
-            case pubsub.UserFrame(user_id=user_id, text=text):
-                self.hub.deliver((user_id,), text)
-            case pubsub.SyncWake(user_id=user_id):
-                self.ctx.long_polls.wake((user_id,))
+            case pubsub.UserFrame(user_ids=user_ids, text=text):
+                self.hub.deliver(user_ids, text)
+            case pubsub.SyncWake(user_ids=user_ids):
+                self.ctx.long_polls.wake(user_ids)
             case pubsub.Control(kind=kind, key=key):
                 self._apply_control(kind, key)
 

@@ -1,6 +1,7 @@
 """Wake the long polls of users whose conversation states changed (after the commit):
-in this process directly, elsewhere through the users' channels, and only for users
-that are long-polling somewhere (listed in Redis): nothing is published otherwise."""
+in this process directly, elsewhere through the inboxes of the processes holding them,
+and only for users that are long-polling somewhere (listed in Redis): nothing is
+published otherwise."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ async def changed(ctx: Context, user_ids: Iterable[int]) -> None:
     try:
         waiting = await ctx.redis.long_polling(users)
         if waiting:
-            await pubsub.publish(ctx.redis, pubsub.sync_wakes(ctx.settings.node_name, waiting))
+            await pubsub.send_to_users(
+                ctx.redis, ctx.settings.node_name, [(waiting, pubsub.SYNC_WAKE)]
+            )
     except Exception as e:  # noqa: BLE001 - a long poll still answers at its deadline
         log.debug("sync wake failed: %r", e)
 

@@ -1,6 +1,6 @@
 """The server on a Valkey Cluster (3 primaries, 3 replicas, started from the wheel):
 `IM_REDIS_CLUSTER=true`, 8 stream partitions spread over the shards, two gateway
-processes. Sends to conversations of every shard are acked with dense seqs, reach the
+processes and a persister of its own. Sends to conversations of every shard are acked with dense seqs, reach the
 other process's devices, are deduplicated and stored once; logins (script calls on
 counters of different slots) and presence work; no call crosses slots."""
 
@@ -17,7 +17,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from im_server.client import ApiError, Client, Connection
+from im_server.bench.chaos.processes import PersisterProcess
+from im_server.client import ApiError, Client, Connection, Device
 from im_server.runtime.embedded import EmbeddedRuntimeError
 from im_server.runtime.valkey_cluster import EmbeddedCluster, slot_of, start_cluster
 from im_server.storage.redis import keys
@@ -46,15 +47,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 def on_cluster(
     stores: Stores, cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two gateways (``--no-persister``) and a persister of its own, on the cluster."""
+    logs = tmp_path_factory.mktemp("cluster-logs")
     env = {
         **stores.env(),
         "IM_REDIS_URL": cluster.url,
         "IM_REDIS_CLUSTER": "true",
         "IM_STREAM_PARTITIONS": str(PARTITIONS),
-        "IM_TEST_LOG_DIR": str(tmp_path_factory.mktemp("cluster-logs")),
+        "IM_TEST_LOG_DIR": str(logs),
     }
-    with linked_servers(env, "cl-1", "cl-2") as pair:
-        yield pair
+    persister = PersisterProcess(env, "cl-persister", logs).start()
+    try:
+        with linked_servers(env, "cl-1", "cl-2", extra_args=["--no-persister"]) as pair:
+            yield pair
+    finally:
+        persister.terminate()
 
 
 def _owners(cluster: EmbeddedCluster) -> dict[int, int]:
@@ -137,6 +144,65 @@ async def test_sends_across_shards_two_gateways(
     await a.aclose()
     for f in friends:
         await f.aclose()
+
+
+async def test_groups_reads_and_sync_on_the_cluster(
+    on_cluster: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """The core paths across the two gateways: a group's messages reach a member live on
+    the other gateway; read cursors only move forward and unread counts follow; receipts
+    name the reader; a device that was offline catches up through sync and history on
+    the other gateway with every message once; a long poll there wakes on a send."""
+    s1, s2 = on_cluster
+    a = await new_user(s1.url, "ga")
+    b = await new_user(s1.url, "gb")
+    c = await new_user(s1.url, "gc")
+    b2 = await Client.login(s2.url, str(b.username), PASSWORD, device_id="b-on-2")
+    c2 = await Client.login(s2.url, str(c.username), PASSWORD, device_id="c-on-2")
+    try:
+        conv = (await a.create_group("on the cluster", [int(b.user_id or 0), int(c.user_id or 0)]))[
+            "conv_id"
+        ]
+        ca, cb = await a.connect(), await b2.connect()
+        acks = [await ca.send(conv, f"g{i}", client_msg_id=f"grp-{i}") for i in range(20)]
+        assert [x["seq"] for x in acks] == list(range(1, 21)), acks
+        got = await cb.next_event(
+            "message", 10.0, lambda f: f["message"]["client_msg_id"] == "grp-19"
+        )
+        assert got["message"]["seq"] == 20
+
+        await eventually(lambda: _unread(b2, conv, 20), timeout=20)  # persisted
+        await cb.read(conv, 10)
+        await eventually(lambda: _unread(b2, conv, 10))
+        await cb.read(conv, 5)  # a cursor never moves back
+        await asyncio.sleep(0.3)
+        assert await _unread(b2, conv, 10)
+        receipts = await a.receipts(conv, 10)
+        assert int(b.user_id or 0) in receipts["readers"], receipts
+
+        device = Device(c2)
+        await device.start()
+        assert sorted(device.messages[conv]) == list(range(1, 21))
+        version = (await c2.sync(0))["version"]
+        poll = asyncio.create_task(c2.sync(version, wait=10))
+        await asyncio.sleep(0.5)
+        assert not poll.done()
+        started = asyncio.get_running_loop().time()
+        await ca.send(conv, "wake", client_msg_id="grp-wake")
+        answer = await poll
+        assert asyncio.get_running_loop().time() - started < 5
+        assert conv in [s["conv_id"] for s in answer["conversations"]], answer
+        await device.aclose()
+        await ca.close()
+        await cb.close()
+    finally:
+        for cl in (a, b, c, b2, c2):
+            await cl.aclose()
+
+
+async def _unread(client: Client, conv: str, n: int) -> bool:
+    items = (await client.unread())["conversations"]
+    return [i["unread"] for i in items if i["conv_id"] == conv] == [n]
 
 
 async def test_a_failed_login_is_counted_on_the_cluster(
@@ -343,3 +409,75 @@ async def test_a_slot_move_under_load_keeps_every_guarantee(
     await a.aclose()
     for f in friends:
         await f.aclose()
+
+
+async def _pushed_again(sender: Connection, conv: str, listener: Connection, tag: str) -> float:
+    """Seconds until a send from ``sender`` reaches ``listener`` live again: one send every
+    0.3 s (a send refused `unavailable` by a shard in fail-over is just tried later)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(200):
+        cmid = f"{tag}-{i}"
+        ack = await sender.send(conv, cmid, client_msg_id=cmid)
+        if ack["ok"]:
+            got = await listener.try_next_event(
+                "message", 0.3, lambda f, c=cmid: f["message"]["client_msg_id"] == c
+            )
+            if got is not None:
+                return loop.time() - start
+        else:
+            assert ack["code"] == "unavailable", ack
+            await asyncio.sleep(0.3)
+    raise AssertionError("no live push for 60 s")
+
+
+async def test_the_inbox_follows_its_slot_and_its_shard(
+    cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess]
+) -> None:
+    """The second gateway's inbox is a sharded channel: frames for its users reach it
+    through the shard of its slot. When that slot moves to another primary, and when
+    that primary is killed and its replica takes over, the gateway subscribes where the
+    slot now is and live pushes arrive again within seconds. Its users' registry entries
+    (one key per user, any slot) live through both."""
+    s1, _s2 = on_cluster
+    a = await new_user(s1.url, "ia")
+    b = await new_user(s1.url, "ib")
+    conv = await befriend(a, b)
+    b2 = await Client.login(_s2.url, str(b.username), PASSWORD, device_id="on-2")
+    sender, listener = await a.connect(), await b2.connect()
+    inbox_slot = slot_of(keys.inbox("cl-2"))
+    rc = RedisCluster.from_url(cluster.url, decode_responses=True)
+    try:
+        assert rc.zrangebyscore(keys.user_nodes(int(b.user_id or 0)), "-inf", "+inf") == ["cl-2"]
+        assert await _pushed_again(sender, conv, listener, "in0") < 2
+
+        source = cluster.slot_owner(inbox_slot)
+        target = next(p.port for p in cluster.primaries() if p.port != source)
+        await asyncio.to_thread(cluster.migrate_slots, [inbox_slot], target)
+        assert cluster.slot_owner(inbox_slot) == target
+        moved_after = await _pushed_again(sender, conv, listener, "in1")
+
+        cluster.kill_node(target)
+        try:
+
+            def promoted() -> bool:
+                try:
+                    return cluster.slot_owner(inbox_slot) != target
+                except EmbeddedRuntimeError:
+                    return False
+
+            await eventually(promoted, timeout=30, interval=0.2)
+            failed_over_after = await _pushed_again(sender, conv, listener, "in2")
+        finally:
+            await asyncio.to_thread(cluster.restart_node, target)
+        print(
+            f"\n[inbox] live again {moved_after:.1f} s after its slot moved, "
+            f"{failed_over_after:.1f} s after its shard failed over"
+        )
+        assert moved_after < 10 and failed_over_after < 30
+    finally:
+        rc.close()
+        await sender.close()
+        await listener.close()
+        for c in (a, b, b2):
+            await c.aclose()

@@ -1,9 +1,11 @@
 """Two server processes on the same stores: a send on one reaches devices on the other
-(fan-out through Redis pub/sub), and the sending device gets only its ack."""
+(fan-out through Redis pub/sub: each process's inbox, routed by the user registry), and
+the sending device gets only its ack."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,13 +13,16 @@ from typing import Any
 import pytest
 
 from im_server.client import Client, Connection
+from im_server.storage.redis import keys
 from tests.support import (
     PASSWORD,
     ServerProcess,
     Stores,
     befriend,
+    eventually,
     linked_servers,
     new_user,
+    rds,
 )
 
 PUSH_TIMEOUT = 3.0
@@ -38,8 +43,8 @@ async def login_on(url: str, client: Client, device_id: str) -> Client:
 
 
 async def settle(*conns: Connection) -> None:
-    """A ping round trip on each socket (the server registers a socket and subscribes
-    to its user's channel before completing the handshake, so this is belt and braces;
+    """A ping round trip on each socket (the server registers a socket and lists itself
+    in its user's registry entry before completing the handshake, so this is belt and braces;
     the nodes already publish to each other, see ``two_servers``)."""
     for c in conns:
         await c.ping()
@@ -175,3 +180,64 @@ async def test_cursor_pushes_and_receipts_cross_processes(
     finally:
         for cl in (a, b, c, a_on_2):
             await cl.aclose()
+
+
+async def registered(stores: Stores, user_id: int) -> list[str]:
+    """The processes the registry lists for the user now."""
+    async with rds(stores) as r:
+        return list(
+            await r.zrangebyscore(keys.user_nodes(user_id), int(time.time() * 1000), "+inf")
+        )
+
+
+async def test_one_inbox_message_per_process_for_a_group(
+    two_servers: tuple[ServerProcess, ServerProcess], stores: Stores
+) -> None:
+    """A send to a group of twelve whose members are all on the other process is one
+    message on that process's inbox, naming the twelve (not one message per user); the
+    registry lists each member's process from the handshake on, and drops it when the
+    member's last socket there closes."""
+    s1, s2 = two_servers
+    a = await new_user(s1.url, "ia")
+    members = [await new_user(s2.url, "im") for _ in range(12)]
+    ids = sorted(int(m.user_id or 0) for m in members)
+    try:
+        g = await a.create_group("inbox", ids)
+        ca = await a.connect()
+        conns = [await m.connect() for m in members]
+        for uid in ids:
+            assert await registered(stores, uid) == ["xnode-2"], uid
+        assert await registered(stores, int(a.user_id or 0)) == ["xnode-1"]
+        async with rds(stores) as r:
+            ps = r.pubsub(ignore_subscribe_messages=True)
+            await ps.subscribe(keys.inbox("xnode-2"))
+            m = f"i-{uuid.uuid4().hex}"
+            ack = await ca.send(g["conv_id"], "to all of you", client_msg_id=m)
+            assert ack["ok"] is True, ack
+            for conn in conns:
+                await expect_push(conn, m, "a member on server 2", two_servers)
+            carried: list[str] = []
+            quiet_until = time.monotonic() + 1.0  # (a None may be a skipped confirmation)
+            while time.monotonic() < quiet_until:
+                msg = await ps.get_message(timeout=0.2)
+                if msg is not None and m in msg["data"]:
+                    carried.append(msg["data"])
+            await ps.aclose()
+        assert len(carried) == 1, carried
+        origin, users, frame = carried[0].split("\n", 2)
+        assert origin == "xnode-1" and sorted(int(u) for u in users.split(",")) == ids
+        assert f'"client_msg_id":"{m}"' in frame
+
+        await conns[0].close()
+        await eventually(lambda: _empty(stores, int(members[0].user_id or 0)), timeout=5)
+        await ca.close()
+        for conn in conns[1:]:
+            await conn.close()
+    finally:
+        await a.aclose()
+        for mc in members:
+            await mc.aclose()
+
+
+async def _empty(stores: Stores, user_id: int) -> bool:
+    return await registered(stores, user_id) == []

@@ -1,5 +1,6 @@
-"""The pub/sub wire: channel names, the envelope around frames and wakes, control
-messages; what a node hands on to its callback and what it drops."""
+"""The pub/sub wire: inbox channels, the routing of frames and wakes to the nodes the
+registry lists (one message per node and frame, never back to the origin), the envelope,
+control messages; what a node hands on to its callback and what it drops."""
 
 from __future__ import annotations
 
@@ -12,40 +13,46 @@ from im_server.storage.redis import keys, pubsub
 from im_server.storage.redis.pubsub import BadMessage, Control, Message, SyncWake, UserFrame
 from im_server.storage.redis.store import RedisStore
 
+WHERE = {1: ["a", "b"], 2: ["b"], 3: ["a"], 4: [], 5: ["c", "b"]}
 
-def test_user_frames_round_trip() -> None:
-    text = '{"type":"message","message":{"conv_id":"s:1:2","content":{"text":"a\\nb"}}}'
-    out = pubsub.user_frames("node-a", [1, 22], text)
-    assert [ch for ch, _ in out] == [keys.user_channel(1), keys.user_channel(22)]
-    for (ch, data), uid in zip(out, [1, 22], strict=True):
-        assert pubsub.decode(ch, data) == ("node-a", UserFrame(uid, text))
+
+def test_one_message_per_node_and_frame_with_its_users() -> None:
+    text = '{"type":"message","message":{"conv_id":"g:1","content":{"text":"a\\nb"}}}'
+    out = pubsub.route("a", [((1, 2, 3, 4, 5), text)], WHERE)
+    decoded = {ch: pubsub.decode(ch, data) for ch, data in out}
+    assert decoded == {
+        keys.inbox("b"): ("a", UserFrame((1, 2, 5), text)),
+        keys.inbox("c"): ("a", UserFrame((5,), text)),
+    }  # never to the origin "a"; user 4 is held nowhere
+
+
+def test_each_frame_is_routed_on_its_own() -> None:
+    out = pubsub.route("x", [((3,), "one"), ((2, 3), "two"), ((4,), "three")], WHERE)
+    assert sorted(out) == sorted(
+        [
+            (keys.inbox("a"), "x\n3\none"),
+            (keys.inbox("a"), "x\n3\ntwo"),
+            (keys.inbox("b"), "x\n2\ntwo"),
+        ]
+    )
+    assert ("x", UserFrame((2,), "two")) in [pubsub.decode(ch, d) for ch, d in out]
 
 
 def test_a_frame_with_newlines_keeps_them() -> None:
     text = "line one\nline two\n"
-    ((ch, data),) = pubsub.user_frames("n", [5], text)
-    assert pubsub.decode(ch, data) == ("n", UserFrame(5, text))
+    ((ch, data),) = pubsub.route("n", [((5,), text)], {5: ["m"]})
+    assert pubsub.decode(ch, data) == ("n", UserFrame((5,), text))
 
 
 def test_sync_wakes_round_trip() -> None:
-    out = pubsub.sync_wakes("node-b", (3, 4))
-    assert [pubsub.decode(ch, d) for ch, d in out] == [
-        ("node-b", SyncWake(3)),
-        ("node-b", SyncWake(4)),
-    ]
+    out = pubsub.route("node-b", [((3, 4), pubsub.SYNC_WAKE)], {3: ["q"], 4: ["q"]})
+    assert [pubsub.decode(ch, d) for ch, d in out] == [("node-b", SyncWake((3, 4)))]
 
 
 def test_control_round_trip() -> None:
     ch, data = pubsub.control("node-c", "token", "ab01")
     assert ch == keys.CONTROL
     assert pubsub.decode(ch, data) == ("node-c", Control("token", "ab01"))
-
-
-def test_channel_names() -> None:
-    assert keys.user_channel(42) == "im:u:42"
-    assert keys.user_of_channel("im:u:42") == 42
-    for other in ("im:ctl", "im:u:", "im:u:4x", "im:u:-1", "im:u:١٢", "x:u:4", "im:uu:4"):
-        assert keys.user_of_channel(other) is None
 
 
 @pytest.mark.parametrize(
@@ -55,9 +62,15 @@ def test_channel_names() -> None:
         (keys.CONTROL, "[1, 2]"),
         (keys.CONTROL, '{"o": "n", "k": "members"}'),
         (keys.CONTROL, '{"o": 1, "k": "members", "v": "g:1"}'),
-        ("im:u:7", "no origin line"),
-        ("im:somewhere", "n\nhello"),
-        ("im:u:abc", "n\nhello"),
+        ("im:in:me", "no origin line"),
+        ("im:in:me", "n\nno users line"),
+        ("im:in:me", "n\n\nempty users"),
+        ("im:in:me", "n\n1,,2\nx"),
+        ("im:in:me", "n\n-1\nx"),
+        ("im:in:me", "n\n١٢\nx"),
+        ("im:in:me", "n\n" + "9" * 20 + "\nx"),
+        ("im:somewhere", "n\n1\nhello"),
+        ("im:u:7", "n\n1\nhello"),
     ],
 )
 def test_malformed_messages_are_refused(channel: str, data: str) -> None:
@@ -74,17 +87,17 @@ def _subscriber(got: list[Message]) -> pubsub.Subscriber:
 def test_a_node_drops_its_own_messages_and_bad_ones(caplog: pytest.LogCaptureFixture) -> None:
     got: list[Message] = []
     sub = _subscriber(got)
-    for ch, data in pubsub.user_frames("me", [1], "{}"):
-        sub._dispatch(ch, data)
+    assert sub.inbox == keys.inbox("me")
+    sub._dispatch(sub.inbox, "me\n1\n{}")
     sub._dispatch(*pubsub.control("me", "node", "me"))
     assert got == []
     with caplog.at_level(logging.WARNING, "im_server.pubsub"):
-        sub._dispatch("im:u:1", "garbage without origin")
+        sub._dispatch(sub.inbox, "garbage without origin")
     assert got == [] and "dropped a pub/sub message" in caplog.text
-    for ch, data in pubsub.user_frames("other", [1], "{}"):
-        sub._dispatch(ch, data)
+    ((ch, data),) = pubsub.route("other", [((1,), "{}")], {1: ["me"]})
+    sub._dispatch(ch, data)
     sub._dispatch(*pubsub.control("other", "members", "g:1"))
-    assert got == [UserFrame(1, "{}"), Control("members", "g:1")]
+    assert got == [UserFrame((1,), "{}"), Control("members", "g:1")]
 
 
 def test_a_failing_handler_does_not_stop_the_listener(caplog: pytest.LogCaptureFixture) -> None:
@@ -96,9 +109,10 @@ def test_a_failing_handler_does_not_stop_the_listener(caplog: pytest.LogCaptureF
 
     sub = pubsub.Subscriber(RedisStore("redis://127.0.0.1:9/0", dedupe_ttl=60), "me", handler)
     with caplog.at_level(logging.ERROR, "im_server.pubsub"):
-        sub._dispatch(*pubsub.sync_wakes("other", [2])[0])
-        sub._dispatch(*pubsub.sync_wakes("other", [3])[0])
-    assert seen == [SyncWake(2), SyncWake(3)]
+        for uid in (2, 3):
+            ((ch, data),) = pubsub.route("other", [((uid,), pubsub.SYNC_WAKE)], {uid: ["me"]})
+            sub._dispatch(ch, data)
+    assert seen == [SyncWake((2,)), SyncWake((3,))]
     assert caplog.text.count("handling a pub/sub message failed") == 2
     assert "KeyError" in caplog.text  # with its traceback
 

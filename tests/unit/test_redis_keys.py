@@ -23,7 +23,8 @@ def test_the_layout() -> None:
     assert keys.boot(2) == "im:boot:{p2}"
     assert keys.stream(3) == "im:stream:{p3}"
     assert keys.persister_lease(3) == "im:plk:{p3}"
-    assert keys.user_channel(9) == "im:u:9"
+    assert keys.inbox("gw-1") == "im:in:gw-1"
+    assert keys.user_nodes(9) == "im:loc:9"
     assert keys.presence_user(9) == "im:pu:{pr}:9"
     assert keys.presence_devices(9) == "im:pd:{pr}:9"
 

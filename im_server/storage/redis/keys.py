@@ -36,7 +36,12 @@ SEQ_LOCK = "im:seqlk:{p%s}:%s"  # one seq-block refill at a time per conversatio
 DEDUPE = "im:dd:{p%s}:%s:%s"
 STREAM = "im:stream:{p%s}"  # a stream partition
 PERSISTER_LEASE = "im:plk:{p%s}"  # who persists the partition
-USER_CHANNEL = "im:u:"  # pub/sub: a user's channel is this prefix and the user id
+# pub/sub: a gateway node's inbox is this prefix and the node's name (sharded pub/sub on
+# a Cluster: the channel lives on the shard of its slot, not on every node)
+INBOX = "im:in:"
+# + user_id: zset node -> expiry (ms), the nodes holding a socket or long poll of the user
+# (one key per user: a lookup for many users goes to every shard at once, in parallel)
+USER_NODES = "im:loc:"
 
 # presence (the scripts get these prefixes from ``PRESENCE_PIECES``): one fixed hash tag
 # ``{pr}`` for all of them, since one script call records a batch of users and the sweep
@@ -106,17 +111,12 @@ def stream(partition: int) -> str:
     return STREAM % partition
 
 
-def user_channel(user_id: int) -> str:
-    return USER_CHANNEL + str(user_id)
+def inbox(node: str) -> str:
+    return INBOX + node
 
 
-def user_of_channel(channel: str) -> int | None:
-    """The user whose channel this is; None for any other channel."""
-    if channel.startswith(USER_CHANNEL):
-        tail = channel[len(USER_CHANNEL) :]
-        if tail.isdigit() and tail.isascii():
-            return int(tail)
-    return None
+def user_nodes(user_id: int) -> str:
+    return USER_NODES + str(user_id)
 
 
 def presence_user(user_id: int) -> str:

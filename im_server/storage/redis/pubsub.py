@@ -1,12 +1,20 @@
-"""Cross-process messages over Redis pub/sub: the channels, the envelope, and a node's
-listening connection. Callers deal in typed messages; how they look on the wire and
-which channel carries them is this module's business.
+"""Cross-process messages over Redis pub/sub: the channels, the envelope, the registry
+that routes them, and a node's listening connections. Callers deal in typed messages;
+how they look on the wire and which channel carries them is this module's business.
 
-- A user's channel (``keys.user_channel``) carries ``<origin node>\\n<payload>``: the
-  payload is a server frame (JSON text) for the user's devices, or ``SYNC_WAKE`` to wake
-  the user's long polls. The frame is spliced in as it is, never re-encoded.
+- Each gateway node listens on its own inbox (``keys.inbox``). A user's frames go to the
+  inboxes of the nodes the registry lists for the user (``keys.user_nodes``: a zset
+  node -> expiry per user, written by the node before a socket's handshake completes and
+  refreshed while it holds the user), one message per node and frame, carrying
+  ``<origin node>\n<user ids, comma-separated>\n<payload>``: the payload is a server
+  frame (JSON text) for those users' devices, or ``SYNC_WAKE`` to wake their long
+  polls. The frame is spliced in as it is, never re-encoded.
+- On a Cluster the inboxes use sharded pub/sub (SPUBLISH/SSUBSCRIBE): a message travels
+  to the one shard of its channel's slot, where classic PUBLISH is re-broadcast to every
+  node of the cluster. On a single Redis they are classic channels.
 - The control channel (``keys.CONTROL``) carries ``{"o": origin, "k": kind, "v": key}``
-  JSON: cache invalidations and node joins, for every node.
+  JSON: cache invalidations and node joins, for every node (classic pub/sub everywhere:
+  every node must hear it, and it is rare).
 
 A node drops its own messages (it handled them locally before publishing)."""
 
@@ -14,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import orjson
 from redis.asyncio.client import PubSub
@@ -28,22 +36,24 @@ from im_server.storage.redis.store import RedisStore
 log = logging.getLogger("im_server.pubsub")
 SYNC_WAKE = "\x00sync"  # no frame starts with a NUL: JSON text cannot
 MAX_BACKOFF_S = 5.0
-CLUSTER_PUBLISH_CONCURRENCY = 32  # below the client's 64 connections per node
+REGISTRY_TTL_MS = 60_000  # a dead node's entries lapse after this
+REGISTRY_REFRESH_S = 20.0  # a live node writes its users again this often
+REGISTRY_CHUNK = 1000  # users per pipeline when writing them all again
 
 
 @dataclass(frozen=True, slots=True)
 class UserFrame:
-    """A frame for the live devices of ``user_id`` on this node."""
+    """A frame for the live devices of ``user_ids`` on this node."""
 
-    user_id: int
+    user_ids: tuple[int, ...]
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class SyncWake:
-    """Wake the long polls of ``user_id`` on this node."""
+    """Wake the long polls of ``user_ids`` on this node."""
 
-    user_id: int
+    user_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,25 +66,38 @@ class Control:
 
 Message: TypeAlias = UserFrame | SyncWake | Control
 Outgoing: TypeAlias = tuple[str, str]  # (channel, data): encoded, ready for ``publish``
+ForUsers: TypeAlias = tuple[Sequence[int], str]  # (user ids, payload: a frame or SYNC_WAKE)
 
 
 class BadMessage(ValueError):
     """A pub/sub message that does not follow the envelope."""
 
 
-def user_frames(origin: str, user_ids: Iterable[int], text: str) -> list[Outgoing]:
-    """The frame ``text`` for each of the users, from node ``origin``."""
-    data = origin + "\n" + text
-    return [(keys.user_channel(u), data) for u in user_ids]
-
-
-def sync_wakes(origin: str, user_ids: Iterable[int]) -> list[Outgoing]:
-    data = origin + "\n" + SYNC_WAKE
-    return [(keys.user_channel(u), data) for u in user_ids]
+def route(origin: str, items: Sequence[ForUsers], nodes: dict[int, list[str]]) -> list[Outgoing]:
+    """The inbox messages that carry each item to the nodes listed for its users (in
+    ``nodes``), the origin itself left out: one message per node and item."""
+    out: list[Outgoing] = []
+    for user_ids, payload in items:
+        per_node: dict[str, list[int]] = {}
+        for u in user_ids:
+            for n in nodes.get(u, ()):
+                if n != origin:
+                    per_node.setdefault(n, []).append(u)
+        for n, us in per_node.items():
+            data = origin + "\n" + ",".join(map(str, us)) + "\n" + payload
+            out.append((keys.inbox(n), data))
+    return out
 
 
 def control(origin: str, kind: str, key: str) -> Outgoing:
     return keys.CONTROL, orjson.dumps({"o": origin, "k": kind, "v": key}).decode()
+
+
+def _user_ids(text: str) -> tuple[int, ...] | None:
+    parts = text.split(",")
+    if not all(p.isdigit() and p.isascii() and len(p) <= 19 for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
 
 
 def decode(channel: str, data: str) -> tuple[str, Message]:
@@ -90,107 +113,200 @@ def decode(channel: str, data: str) -> tuple[str, Message]:
         if not (isinstance(origin, str) and isinstance(kind, str) and isinstance(key, str)):
             raise BadMessage(f"control message needs text o, k, v: {data!r:.200}")
         return origin, Control(kind, key)
-    user_id = keys.user_of_channel(channel)
-    if user_id is None:
+    if not channel.startswith(keys.INBOX):
         raise BadMessage(f"message on an unknown channel {channel!r:.200}")
-    origin, sep, payload = data.partition("\n")
-    if not sep:
-        raise BadMessage(f"message without an origin on {channel}: {data!r:.200}")
+    origin, sep, rest = data.partition("\n")
+    users, sep2, payload = rest.partition("\n")
+    if not (sep and sep2):
+        raise BadMessage(f"message without origin and users on {channel}: {data!r:.200}")
+    user_ids = _user_ids(users)
+    if user_ids is None:
+        raise BadMessage(f"message with bad user ids on {channel}: {users!r:.200}")
     if payload == SYNC_WAKE:
-        return origin, SyncWake(user_id)
-    return origin, UserFrame(user_id, payload)
+        return origin, SyncWake(user_ids)
+    return origin, UserFrame(user_ids, payload)
+
+
+async def send_to_users(redis: RedisStore, origin: str, items: Sequence[ForUsers]) -> int:
+    """Carry each item to the other nodes holding its users: one registry read for all
+    the users, then one publish per node and item, in one round trip. Returns how many
+    messages were published."""
+    users = sorted({u for user_ids, _ in items for u in user_ids})
+    if not users:
+        return 0
+    where = await redis.nodes_of(users)
+    out = route(origin, items, dict(zip(users, where, strict=True)))
+    await publish(redis, out)
+    return len(out)
 
 
 async def publish(redis: RedisStore, items: Sequence[Outgoing]) -> None:
-    """Publish all items, in one round trip (on a Cluster, whose client refuses PUBLISH
-    in a pipeline, up to ``CLUSTER_PUBLISH_CONCURRENCY`` in flight at once)."""
+    """Publish all items in one pipeline: control messages with PUBLISH, inbox messages
+    with SPUBLISH on a Cluster (whose pipeline sends each to its slot's shard, the
+    shards in parallel) and PUBLISH on a single Redis."""
     if not items:
-        return
-    if len(items) == 1:
-        await redis.client.publish(*items[0])
-        return
-    if redis.cluster:
-        for i in range(0, len(items), CLUSTER_PUBLISH_CONCURRENCY):
-            chunk = items[i : i + CLUSTER_PUBLISH_CONCURRENCY]
-            await asyncio.gather(*(redis.client.publish(c, d) for c, d in chunk))
         return
     pipe = redis.client.pipeline(transaction=False)
     for channel, data in items:
-        pipe.publish(channel, data)
+        if redis.cluster and channel != keys.CONTROL:
+            pipe.spublish(channel, data)
+        else:
+            pipe.publish(channel, data)
     await pipe.execute()
 
 
 class Subscriber:
-    """This node's listening connection: the control channel plus the channels of the
-    users it holds. ``run`` listens until cancelled; when Redis goes away it reconnects
-    with backoff and subscribes everything again, so subscriptions asked for meanwhile
-    are not lost. Messages from other nodes go to ``on_message``."""
+    """This node's listening connections (the control channel and its inbox) and its
+    entries in the user registry. ``run`` listens until cancelled; when Redis goes away
+    it reconnects with backoff and subscribes again; each time its inbox is subscribed,
+    and every ``REGISTRY_REFRESH_S``, it writes all its users into the registry again
+    (a Redis that lost them, a fail-over). Messages from other nodes go to
+    ``on_message``.
+
+    On a Cluster the inbox is listened to on the shard of its slot, over a connection of
+    its own; when the slot moves (the shard says ``sunsubscribe``) or the shard fails
+    over, the listener finds the new owner and subscribes there."""
 
     def __init__(self, redis: RedisStore, node: str, on_message: Callable[[Message], None]) -> None:
         self.redis = redis
         self.node = node
+        self.inbox = keys.inbox(node)
         self.on_message = on_message
-        self._channels: set[str] = set()
-        self._pubsub: PubSub | None = None
+        self._users: set[int] = set()
         self._lock = asyncio.Lock()
-        self._backoff = 0.1
+        self._refresh = asyncio.Event()
+
+    @property
+    def users(self) -> frozenset[int]:
+        return frozenset(self._users)
 
     async def add_user(self, user_id: int) -> None:
-        """Listen on the user's channel (at once when connected, else on reconnect)."""
-        channel = keys.user_channel(user_id)
+        """List this node in the user's registry entry (at once; if Redis cannot take it,
+        the next refresh does)."""
         async with self._lock:
-            self._channels.add(channel)
-            if self._pubsub is not None:
-                try:
-                    await self._pubsub.subscribe(channel)
-                except Exception as e:  # noqa: BLE001 - the listener resubscribes on reconnect
-                    log.debug("subscribe %s failed: %r", channel, e)
+            self._users.add(user_id)
+            try:
+                await self.redis.register_users(self.node, [user_id], REGISTRY_TTL_MS)
+            except Exception as e:  # noqa: BLE001 - the refresh writes it again
+                log.debug("registering user %d failed: %r", user_id, e)
+                self._refresh.set()
 
     async def remove_user(self, user_id: int, keep: Callable[[int], bool]) -> None:
-        """Stop listening on the user's channel, unless ``keep(user_id)`` says otherwise
-        (asked under the lock, so a subscribe racing this one is never undone)."""
-        channel = keys.user_channel(user_id)
+        """Take this node out of the user's entry, unless ``keep(user_id)`` says otherwise
+        (asked under the lock, so a registration racing this one is never undone)."""
         async with self._lock:
             if keep(user_id):
                 return
-            self._channels.discard(channel)
-            if self._pubsub is not None:
-                try:
-                    await self._pubsub.unsubscribe(channel)
-                except Exception as e:  # noqa: BLE001 - a stale subscription only costs traffic
-                    log.debug("unsubscribe %s failed: %r", channel, e)
+            self._users.discard(user_id)
+            try:
+                await self.redis.unregister_user(self.node, user_id)
+            except Exception as e:  # noqa: BLE001 - a stale entry only costs traffic, and lapses
+                log.debug("unregistering user %d failed: %r", user_id, e)
 
     async def run(self) -> None:
-        self._backoff = 0.1
+        loops: list[Awaitable[None]] = [self._refresher()]
+        if self.redis.cluster:
+            loops += [
+                self._loop("control", self._listen_control),
+                self._loop("inbox", self._listen_inbox),
+            ]
+        else:
+            loops.append(self._loop("pub/sub", self._listen_both))
+        tasks = [asyncio.ensure_future(c) for c in loops]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(
+        self, what: str, listen: Callable[[Callable[[], None]], Awaitable[None]]
+    ) -> None:
+        """Run ``listen`` again and again, with backoff between failures; ``listen`` calls
+        the function it is given once subscribed, which starts the backoff over."""
+        backoff = 0.1
+
+        def subscribed() -> None:
+            nonlocal backoff
+            backoff = 0.1
+
         while True:
-            ps = await self.redis.pubsub()
             try:
-                await self._listen(ps)
+                await listen(subscribed)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis went away: reconnect with backoff
-                if is_store_error(e):
-                    log.warning(
-                        "pub/sub listener lost Redis (%r), retrying in %.1f s", e, self._backoff
-                    )
+                if is_store_error(e) or isinstance(e, InboxMoved):
+                    log.warning("%s listener lost Redis (%r), retrying in %.1f s", what, e, backoff)
                 else:
-                    log.exception("pub/sub listener failed, retrying in %.1f s", self._backoff)
-            finally:
-                if self._pubsub is ps:
-                    self._pubsub = None
-                await _close(ps)
-            await asyncio.sleep(self._backoff)
-            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
+                    log.exception("%s listener failed, retrying in %.1f s", what, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
-    async def _listen(self, ps: PubSub) -> None:
-        async with self._lock:
-            await ps.subscribe(keys.CONTROL, *self._channels)
-            self._pubsub = ps
-        self._backoff = 0.1
+    async def _listen_both(self, subscribed: Callable[[], None]) -> None:
+        """A single Redis: the control channel and the inbox on one connection."""
+        ps = await self.redis.pubsub()
+        try:
+            await ps.subscribe(keys.CONTROL, self.inbox)
+            subscribed()
+            self._refresh.set()
+            await self._drain(ps)
+        finally:
+            await _close(ps)
+
+    async def _listen_control(self, subscribed: Callable[[], None]) -> None:
+        ps = await self.redis.pubsub()
+        try:
+            await ps.subscribe(keys.CONTROL)
+            subscribed()
+            await self._drain(ps)
+        finally:
+            await _close(ps)
+
+    async def _listen_inbox(self, subscribed: Callable[[], None]) -> None:
+        """A Cluster: the inbox on its shard. Subscribe confirmations are kept (not
+        ignored) so that the shard's ``sunsubscribe`` on a slot move is seen."""
+        client = await self.redis.node_client(self.inbox)
+        ps = client.pubsub()
+        try:
+            await ps.ssubscribe(self.inbox)
+            subscribed()
+            self._refresh.set()
+            await self._drain(ps)
+        finally:
+            await _close(ps)
+            await self.redis.refresh_map()
+
+    async def _drain(self, ps: PubSub) -> None:
         while True:
-            msg = await ps.get_message(timeout=1.0)
-            if msg is not None:
+            msg: dict[str, Any] | None = await ps.get_message(timeout=1.0)
+            if msg is None:
+                continue
+            kind = msg["type"]
+            if kind in ("message", "smessage"):
                 self._dispatch(str(msg["channel"]), str(msg["data"]))
+            elif kind == "sunsubscribe":
+                raise InboxMoved(f"{msg['channel']} left its shard (its slot moved)")
+
+    async def _refresher(self) -> None:
+        """Write every user of this node into the registry again: when asked (a fresh
+        subscription, a failed write) and every ``REGISTRY_REFRESH_S``."""
+        while True:
+            try:
+                await asyncio.wait_for(self._refresh.wait(), REGISTRY_REFRESH_S)
+            except TimeoutError:
+                pass
+            self._refresh.clear()
+            users = sorted(self._users)
+            try:
+                for i in range(0, len(users), REGISTRY_CHUNK):
+                    chunk = users[i : i + REGISTRY_CHUNK]
+                    await self.redis.register_users(self.node, chunk, REGISTRY_TTL_MS)
+            except Exception as e:  # noqa: BLE001 - tried again on the next round
+                log.warning("refreshing %d registry entries failed: %r", len(users), e)
+                await asyncio.sleep(1.0)
+                self._refresh.set()
 
     def _dispatch(self, channel: str, data: str) -> None:
         try:
@@ -204,6 +320,10 @@ class Subscriber:
             self.on_message(msg)
         except Exception:  # one bad message must not stop the listener
             log.exception("handling a pub/sub message failed")
+
+
+class InboxMoved(Exception):
+    """The inbox's slot left the shard it was subscribed on."""
 
 
 async def _close(ps: PubSub) -> None:

@@ -240,11 +240,11 @@ class RedisStore:
                     await self._cluster().nodes_manager.initialize()  # a fresh slot map
                     continue
                 if self.cluster and is_store_error(e):  # a demoted primary (READONLY)
-                    await self._refresh_map()
+                    await self.refresh_map()
                 raise
             except RedisConnectionError:
                 if self.cluster:  # its primary is gone: the next call asks for the new map
-                    await self._refresh_map()
+                    await self.refresh_map()
                 raise
             if int(acked) < self.wait_replicas:
                 raise ReplicaWaitError(
@@ -272,7 +272,10 @@ class RedisStore:
             client = self._nodes[addr] = aioredis.Redis(**options)
         return client
 
-    async def _refresh_map(self) -> None:
+    async def refresh_map(self) -> None:
+        """Learn the Cluster's slot map again (a no-op on a single Redis)."""
+        if not self.cluster:
+            return
         try:
             await self._cluster().nodes_manager.initialize()
         except Exception as e:  # noqa: BLE001 - the cluster is down: the next call tries again
@@ -503,6 +506,40 @@ class RedisStore:
 
     async def leave(self, node: str) -> None:
         await self.client.zrem(keys.NODES, node)
+
+    async def register_users(self, node: str, user_ids: Sequence[int], ttl_ms: int) -> None:
+        """List ``node`` as holding each of the users for ``ttl_ms`` (the registry that
+        routes frames to gateway inboxes), dropping entries that have expired. One
+        pipeline: on a Cluster it goes to the users' shards in parallel. Every node uses
+        the same TTL, so the key's own TTL, set by the latest write, outlives its entries."""
+        if not user_ids:
+            return
+        now = int(time.time() * 1000)
+        pipe = self.client.pipeline(transaction=False)
+        for u in user_ids:
+            key = keys.user_nodes(u)
+            pipe.zadd(key, {node: now + ttl_ms})
+            pipe.zremrangebyscore(key, 0, now)
+            pipe.pexpire(key, ttl_ms)
+        await pipe.execute()
+
+    async def unregister_user(self, node: str, user_id: int) -> None:
+        await self.client.zrem(keys.user_nodes(user_id), node)
+
+    async def nodes_of(self, user_ids: Sequence[int]) -> list[list[str]]:
+        """Per user, the nodes listed as holding it now (one pipeline)."""
+        if not user_ids:
+            return []
+        now = int(time.time() * 1000)
+        pipe = self.client.pipeline(transaction=False)
+        for u in user_ids:
+            pipe.zrangebyscore(keys.user_nodes(u), now, "+inf")
+        return [[str(n) for n in r] for r in await pipe.execute()]
+
+    async def node_client(self, key: str) -> aioredis.Redis:
+        """A plain client to the node serving ``key``'s slot (the single Redis otherwise):
+        sharded pub/sub listens on the shard of its channel."""
+        return await self._primary_for(key)
 
     async def register_long_poll(self, user_id: int, ttl_ms: int) -> None:
         await self.client.zadd(keys.LONG_POLLS, {str(user_id): int(time.time() * 1000) + ttl_ms})
