@@ -140,6 +140,10 @@ def periodic_jobs(
         Periodic("push-registration-expiry", PUSH_PRUNE_S, prune_push_registrations),
         Periodic("upload-expiry", ctx.settings.upload_prune_seconds, prune_uploads),
     ]
+    if ctx.redis.cluster:
+        jobs.append(
+            Periodic("cluster-map", ctx.settings.redis_map_refresh_seconds, ctx.redis.refresh_map)
+        )
     if presence is not None:
         s = ctx.settings
         jobs += [

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # script, on its connection); unset: 1 in cluster mode, 0 on a single Redis
     redis_wait_replicas: int | None = Field(default=None, ge=0, le=16)
     redis_wait_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    # cluster mode: how often every process learns the slot map again (a primary that was
+    # added and given a slot is used from then on; moves and fail-overs are also learnt
+    # from the first MOVED or failed call)
+    redis_map_refresh_seconds: float = Field(default=10.0, gt=0, le=3600)
     data_dir: Path = Path(".im-data")
     host: str = "127.0.0.1"
     port: int = 8000

@@ -137,6 +137,10 @@ class _Peer:
     connected: bool
 
 
+def _known(peer: _Peer | None) -> bool:
+    return peer is not None and not peer.flags & {"handshake", "noaddr"}
+
+
 def _parse_nodes(text: str) -> dict[str, _Peer]:
     peers: dict[str, _Peer] = {}
     for line in text.splitlines():
@@ -390,6 +394,35 @@ class EmbeddedCluster:
         self.wait_ok(timeout)
         log.info("valkey cluster: primary %s added on port %d", n.name, n.port)
         return n
+
+    def add_replica(self, primary_port: int, timeout: float = START_TIMEOUT) -> ClusterNode:
+        """Start one more node, MEET it and make it a replica of the primary on
+        ``primary_port`` (a primary without one cannot ack a send that waits for a
+        replica)."""
+        head = self.node(primary_port)
+        n = _new_node(self, f"node-{len(self.nodes) + 1}")
+        self.nodes.append(n)
+        _save_manifest(self, assembled=True)
+        n.process = _launch_node(self, n, [])
+        with _admin(head.port, self.password) as c:
+            head_id = str(_cmd(c, "CLUSTER", "MYID"))
+        with _admin(n.port, self.password) as c:
+            _cmd(c, "CLUSTER", "MEET", HOST, head.port, head.bus_port)
+        _wait(
+            f"{n.name} did not learn of {head.name}",
+            lambda: _known(self._nodes_view(n.port).get(head_id)),
+            timeout,
+        )
+        with _admin(n.port, self.password) as c:
+            _cmd(c, "CLUSTER", "REPLICATE", head_id)
+        self.wait_ok(timeout)
+        log.info("valkey cluster: replica %s of %s on port %d", n.name, head.name, n.port)
+        return n
+
+    def keys_in_slot(self, slot: int) -> int:
+        """How many keys the primary serving ``slot`` holds in it."""
+        with _admin(self.slot_owner(slot), self.password) as c:
+            return int(_cmd(c, "CLUSTER", "COUNTKEYSINSLOT", slot))
 
     def migrate_slots(
         self,

@@ -97,6 +97,7 @@ class Persister:
         groups_ready = False
         retry_pending = False
         last_lease = 0.0
+        last_map = time.monotonic()
         while not self._stop.is_set():
             try:
                 if not groups_ready:
@@ -104,6 +105,9 @@ class Persister:
                         await self.ctx.redis.ensure_group(p)
                     groups_ready = True
                 now = time.monotonic()
+                if self.ctx.redis.cluster and now - last_map > s.redis_map_refresh_seconds:
+                    last_map = now
+                    await self.ctx.redis.refresh_map()
                 if now - last_lease > ttl / 3000:
                     last_lease = now
                     for p in self.partitions:

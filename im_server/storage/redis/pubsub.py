@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 
 import orjson
 from redis.asyncio.client import PubSub
+from redis.exceptions import MovedError
 
 from im_server.errors import is_store_error
 from im_server.storage.redis import keys
@@ -141,18 +142,28 @@ async def send_to_users(redis: RedisStore, origin: str, items: Sequence[ForUsers
 
 
 async def publish(redis: RedisStore, items: Sequence[Outgoing]) -> None:
-    """Publish all items in one pipeline: control messages with PUBLISH, inbox messages
-    with SPUBLISH on a Cluster (whose pipeline sends each to its slot's shard, the
-    shards in parallel) and PUBLISH on a single Redis."""
+    """Publish all items in one round trip: on a single Redis one pipeline of PUBLISH;
+    on a Cluster the inbox messages as one pipeline of SPUBLISH (sent to each slot's
+    shard, the shards in parallel) and control messages with PUBLISH one by one, at the
+    same time (the cluster client refuses PUBLISH in a pipeline; they are rare)."""
     if not items:
         return
-    pipe = redis.client.pipeline(transaction=False)
-    for channel, data in items:
-        if redis.cluster and channel != keys.CONTROL:
-            pipe.spublish(channel, data)
-        else:
+    if not redis.cluster:
+        pipe = redis.client.pipeline(transaction=False)
+        for channel, data in items:
             pipe.publish(channel, data)
-    await pipe.execute()
+        await pipe.execute()
+        return
+    inbox = [(c, d) for c, d in items if c != keys.CONTROL]
+    calls: list[Awaitable[Any]] = [
+        redis.client.publish(c, d) for c, d in items if c == keys.CONTROL
+    ]
+    if inbox:
+        pipe = redis.client.pipeline(transaction=False)
+        for channel, data in inbox:
+            pipe.spublish(channel, data)
+        calls.append(pipe.execute())
+    await asyncio.gather(*calls)
 
 
 class Subscriber:
@@ -270,7 +281,10 @@ class Subscriber:
         client = await self.redis.node_client(self.inbox)
         ps = client.pubsub()
         try:
-            await ps.ssubscribe(self.inbox)
+            try:
+                await ps.ssubscribe(self.inbox)
+            except MovedError as e:  # a map older than the move: learnt again below
+                raise InboxMoved(f"{self.inbox} is served elsewhere ({e})") from e
             subscribed()
             self._refresh.set()
             await self._drain(ps)

@@ -17,8 +17,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import Connection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 
 from im_server.errors import is_store_error
 from im_server.storage.redis import keys
@@ -223,22 +223,38 @@ class RedisStore:
         Too few replicas in time: ``ReplicaWaitError`` (answered ``unavailable``; the
         client's retry of the same client_msg_id gets the first ack, or, if the writes
         were lost with their primary, is sent anew). A stale slot map (``MOVED``) is
-        refreshed and the call made once more; a slot on the move (``ASK``) fails the
-        same way as too few replicas."""
-        for attempt in (1, 2):
-            client = await self._primary_for(script_keys[0])
+        learnt again and the call made once more; a slot half-way through a move
+        (``ASK``: the partition's keys already on the target) is followed with
+        ``ASKING`` on a connection to the target, once. A move that has some of the
+        keys on each side (``TRYAGAIN``) is a store error: answered ``unavailable``."""
+        ask: tuple[str, int] | None = None
+        for _attempt in range(3):
+            if ask is not None:
+                client = self._client_at(ask)
+            else:
+                client = await self._primary_for(script_keys[0])
             pipe = client.pipeline(transaction=False)
+            if ask is not None:
+                pipe.execute_command("ASKING")
             pipe.evalsha(self._send.sha, len(script_keys), *script_keys, *args)
             pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
             try:
-                res, acked = await pipe.execute()
+                *_, res, acked = await pipe.execute()
             except NoScriptError:
                 await client.script_load(self._send.script)
                 continue
+            except MovedError:  # (a MovedError is an AskError: this goes first)
+                if not self.cluster:
+                    raise
+                await self.refresh_map()
+                ask = None
+                continue
+            except AskError as e:
+                if not self.cluster or ask is not None:
+                    raise
+                ask = (str(e.host), int(e.port))
+                continue
             except ResponseError as e:
-                if str(e).startswith("MOVED") and attempt == 1 and self.cluster:
-                    await self._cluster().nodes_manager.initialize()  # a fresh slot map
-                    continue
                 if self.cluster and is_store_error(e):  # a demoted primary (READONLY)
                     await self.refresh_map()
                 raise
@@ -263,7 +279,10 @@ class RedisStore:
         node = rc.get_node_from_key(key)
         if node is None:
             raise ReplicaWaitError(f"no node serves the slot of {key}")
-        addr = (str(node.host), int(node.port))
+        return self._client_at((str(node.host), int(node.port)))
+
+    def _client_at(self, addr: tuple[str, int]) -> aioredis.Redis:
+        """A plain client to the cluster node at ``addr`` (made once, kept)."""
         client = self._nodes.get(addr)
         if client is None:
             conn = parse_url(self.url)
