@@ -153,6 +153,12 @@ class Settings(BaseSettings):
     login_fail_user_max: int = 10
     login_fail_addr_max: int = 50
     login_fail_window_seconds: int = 900
+    # username lookups (GET /v1/users/lookup), counted per caller and per client address
+    # in Redis, so that the user base cannot be enumerated: past a limit, 429
+    # rate_limited until the window (from the first lookup) passes; <= 0 turns one off
+    lookup_user_max: int = 60
+    lookup_addr_max: int = 300
+    lookup_window_seconds: int = 900
 
     # HTTP transport limits
     max_body_bytes: int = 1024 * 1024

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import random
 import socket
 import time
 import uuid
@@ -151,6 +152,14 @@ async def send_ok(c: Client, conv: str, text: str) -> int:
     ack = await c.send_rest(conv, text)
     assert ack["ok"] is True, ack
     return int(ack["seq"])
+
+
+def new_addr() -> str:
+    """A client address of its own for ``X-Forwarded-For`` (TEST-NET-3 or the IPv6
+    documentation range, one /64 each)."""
+    if random.random() < 0.5:
+        return f"203.0.{random.randint(0, 255)}.{random.randint(1, 254)}"
+    return f"2001:db8:{random.randint(0, 0xFFFF):x}:{random.randint(0, 0xFFFF):x}::1"
 
 
 def metric(url: str, sample: str) -> float:

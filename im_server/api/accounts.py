@@ -11,7 +11,7 @@ from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id, client_host
 from im_server.api.parsing import StrictJsonRoute
 from im_server.api.responses import PublicUser, Registered, SessionInfo, SessionToken
 from im_server.api.schemas import NewSession, NewUser, PasswordChange
-from im_server.services import accounts
+from im_server.services import accounts, lookup_throttle
 
 router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
 
@@ -102,8 +102,12 @@ async def change_password(
     summary="Find a user by username (compared as at registration)",
 )
 async def lookup_user(
-    username: Annotated[str, Query(min_length=1, max_length=256)], caller: CurrentUser, ctx: Ctx
+    username: Annotated[str, Query(min_length=1, max_length=256)],
+    caller: CurrentUser,
+    ctx: Ctx,
+    request: Request,
 ) -> dict[str, Any]:
+    await lookup_throttle.take(ctx, caller.user_id, client_host(request))
     return await accounts.lookup(ctx, username)
 
 

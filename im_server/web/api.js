@@ -71,6 +71,7 @@ export class Api {
     return this.request('PUT', '/v1/me/password', body, { keepSession: true });
   }
   user(userId) { return this.get(`/v1/users/${userId}`); }
+  lookupUser(username) { return this.get(`/v1/users/lookup?username=${encodeURIComponent(username)}`); }
 
   // contacts
   friends() { return this.get('/v1/friends'); }

@@ -671,6 +671,13 @@ export class Engine {
     return r;
   }
 
+  /** A user by username, as the server compares them (case and width do not matter). */
+  async lookupUser(username) {
+    const u = await this.api.lookupUser(username);
+    if (this.store.learn(u.user_id, u.username)) this.store.changed('names');
+    return u;
+  }
+
   async requestFriend(userId, note) {
     const r = await this.api.requestFriend(userId, note);
     await this.loadRequests();

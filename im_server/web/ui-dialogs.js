@@ -40,14 +40,25 @@ export class Dialogs {
   async submitFriend() {
     const err = $('#friend-error');
     err.textContent = '';
-    const id = Number($('#friend-id').value.trim());
-    if (!Number.isInteger(id) || id <= 0) { err.textContent = 'Enter the numeric user id of your friend.'; return; }
-    if (id === this.store.me.user_id) { err.textContent = 'That is your own id.'; return; }
+    const who = $('#friend-id').value.trim();
+    if (!who) { err.textContent = "Enter your friend's username."; return; }
+    const byId = /^#\d+$/.test(who);  // "#42": a user id, as shown under a name
+    let id;
+    try {
+      id = byId ? Number(who.slice(1)) : (await this.engine.lookupUser(who)).user_id;
+    } catch (e) {
+      err.textContent = e.code === 'not_found' ? `No user is called ${who}.`
+        : e.code === 'rate_limited' ? 'Too many look-ups for now; try again later.'
+        : e.code === 'bad_request' ? `No username can be ${who}.` : e.message;
+      return;
+    }
+    if (!Number.isSafeInteger(id) || id <= 0) { err.textContent = 'A user id is a positive number, e.g. #42.'; return; }
+    if (id === this.store.me.user_id) { err.textContent = "That's you."; return; }
     try {
       const r = await this.engine.requestFriend(id, $('#friend-note').value.trim());
       $('#dlg-friend').close();
       if (r.accepted) { this.toast('You are now friends'); if (r.conv_id) this.onOpen(r.conv_id, { wait: true }); }
-      else this.toast(`Request sent to ${this.store.plainName(id)}`);
+      else this.toast(`Request sent to ${byId ? this.store.plainName(id) : who}`);
     } catch (e) {
       err.textContent = e.code === 'not_found' ? `No user with id ${id}.`
         : e.code === 'conflict' ? 'You are already friends.' : e.message;

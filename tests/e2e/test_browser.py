@@ -59,7 +59,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     url = server.url
     alice_name, bob_name = uname("alice"), uname("bob")
     alice = await new_page("alice")
-    bob = await new_page("bob")
+    bob = await new_page("bob", http_errors=[(404, "/v1/users/lookup")])  # the name he mistypes
 
     # -- register in the UI ------------------------------------------------------------
     await alice.goto(url + "/")
@@ -70,9 +70,12 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     bob_id = await register(bob, url, bob_name)
     await shot(alice, shots, "02-alice-empty")
 
-    # -- bob asks alice (by the id her screen shows), alice accepts --------------------
+    # -- bob asks alice by her username (spelled in capitals), alice accepts ------------
     await bob.get_by_test_id("add-friend-btn").click()
-    await bob.get_by_test_id("friend-id").fill(str(alice_id))
+    await bob.get_by_test_id("friend-id").fill(alice_name + "zz")
+    await bob.get_by_test_id("friend-submit").click()
+    await expect(bob.locator("#friend-error")).to_contain_text("No user is called")
+    await bob.get_by_test_id("friend-id").fill(alice_name.upper())
     await shot(bob, shots, "03-bob-add-friend")
     await bob.get_by_test_id("friend-submit").click()
     await expect(bob.get_by_test_id("outgoing-request")).to_have_count(1)

@@ -13,7 +13,6 @@ zero."""
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 import time
 import uuid
@@ -27,7 +26,7 @@ import pytest
 from im_server.client import Client
 from im_server.config import Settings
 from im_server.storage.redis import keys
-from tests.support import PASSWORD, ServerProcess, Stores, metric, new_user, rds
+from tests.support import PASSWORD, ServerProcess, Stores, metric, new_addr, new_user, rds
 
 USER_MAX, ADDR_MAX = 5, 12
 _DEFAULTS = Settings()
@@ -63,13 +62,6 @@ async def loopback_uncounted(stores: Stores) -> None:
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=60) as h:
         yield h
-
-
-def new_addr() -> str:
-    """An address of its own (TEST-NET-3 / the IPv6 documentation range, one /64 each)."""
-    if random.random() < 0.5:
-        return f"203.0.{random.randint(0, 255)}.{random.randint(1, 254)}"
-    return f"2001:db8:{random.randint(0, 0xFFFF):x}:{random.randint(0, 0xFFFF):x}::1"
 
 
 async def attempt(

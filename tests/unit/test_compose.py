@@ -36,7 +36,12 @@ def test_stores_have_healthchecks_and_servers_wait_for_them() -> None:
         assert deps["migrate"]["condition"] == "service_completed_successfully"
         env = services[name]["environment"]
         assert env["IM_DATABASE_URL"].startswith("postgresql+asyncpg://")
-        assert env["IM_REDIS_URL"].startswith("redis://")
+        # the single Redis unless the cluster profile's URL is given
+        assert env["IM_REDIS_URL"].startswith("${IM_REDIS_URL:-redis://"), env["IM_REDIS_URL"]
+        assert env["IM_REDIS_URL"].endswith("@redis:6379/0}")
+        assert env["IM_REDIS_CLUSTER"] == "${IM_REDIS_CLUSTER:-false}"
+        cluster = deps["valkey-cluster"]
+        assert cluster == {"condition": "service_completed_successfully", "required": False}
         assert env["IM_S3_ENDPOINT"] == "http://s3:8333"
     names = {
         services[n]["environment"]["IM_NODE_NAME"] for n in ("gateway1", "gateway2", "persister")
@@ -45,6 +50,29 @@ def test_stores_have_healthchecks_and_servers_wait_for_them() -> None:
     for gw in ("gateway1", "gateway2"):
         assert "--no-persister" in services[gw]["command"]
     assert services["persister"]["command"] == ["im-server", "persister"]
+
+
+def test_the_cluster_profile_forms_six_valkey_nodes() -> None:
+    """`--profile cluster`: six Valkey nodes in cluster mode, each with AOF and the one
+    password (for clients and for replication), and a one-shot service that forms them
+    into three primaries with a replica each once they are healthy."""
+    services = _compose()["services"]
+    nodes = [f"valkey-{n}" for n in range(1, 7)]
+    for name in nodes:
+        node = services[name]
+        assert node["profiles"] == ["cluster"], name
+        command = " ".join(node["command"])
+        for flag in ("--cluster-enabled yes", "--appendonly yes", "--requirepass", "--masterauth"):
+            assert flag in command, (name, flag)
+        assert node["environment"]["NODE_NAME"] == name  # the hostname it announces
+        assert "ports" not in node, "cluster nodes stay on the compose network"
+        assert node["healthcheck"]["test"]
+    form = services["valkey-cluster"]
+    assert form["profiles"] == ["cluster"]
+    assert set(form["depends_on"]) == set(nodes)
+    script = " ".join(form["command"])
+    assert "--cluster create" in script and "--cluster-replicas 1" in script
+    assert "cluster_state:ok" in script  # formed once, not again on the next start
 
 
 def test_commands_exist() -> None:

@@ -148,3 +148,13 @@ def login_fails_user(digest: str) -> str:
 def login_fails_addr(addr: str) -> str:
     """Failed logins from one client address (an IPv6 client: its /64)."""
     return f"im:lf:a:{addr}"
+
+
+def lookups_user(user_id: int) -> str:
+    """Username lookups made by one user."""
+    return f"im:lk:u:{user_id}"
+
+
+def lookups_addr(addr: str) -> str:
+    """Username lookups made from one client address (an IPv6 client: its /64)."""
+    return f"im:lk:a:{addr}"
