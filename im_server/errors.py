@@ -10,6 +10,7 @@ STATUS = {
     "not_member": 403,
     "not_friends": 403,
     "blocked": 403,
+    "muted": 403,
     "too_large": 413,
     "rate_limited": 429,
     "conflict": 409,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id
 from im_server.api.parsing import StrictJsonRoute
 from im_server.api.responses import GroupCreated, GroupMember, MembersAdded, RoleSet
-from im_server.api.schemas import AddMembers, NewGroup, RoleBody
+from im_server.api.schemas import AddMembers, MuteBody, NewGroup, RoleBody
 from im_server.services import groups
 
 router = APIRouter(
@@ -62,6 +62,18 @@ async def kick(group_id: Id, user_id: Id, caller: CurrentUser, ctx: Ctx) -> Resp
 )
 async def leave(group_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
     await groups.do_leave(ctx, caller.user_id, group_id)
+    return Response(status_code=204)
+
+
+@router.put(
+    "/{group_id}/members/{user_id}/mute",
+    status_code=204,
+    summary="Mute a member until a time, or lift it with 0 (owner/admins)",
+)
+async def mute(
+    group_id: Id, user_id: Id, body: MuteBody, caller: CurrentUser, ctx: Ctx
+) -> Response:
+    await groups.do_mute(ctx, caller.user_id, group_id, user_id, body.until)
     return Response(status_code=204)
 
 

@@ -107,6 +107,9 @@ class GroupMember(Answer):
     user_id: UserId
     role: Role
     username: str | None
+    muted_until: Timestamp | None = Field(
+        None, description="muted by the owner or an admin until then (ms); null when not"
+    )
 
 
 class MembersAdded(Answer):

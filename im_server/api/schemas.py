@@ -9,18 +9,27 @@ answer them with specific messages."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 from pydantic.config import JsonDict
 
 from im_server.protocol.attachments import FILENAME_MAX, MimeType
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.types import (
+    MAX_INT64,
     JsonObject,
     ReportedSeq,
+    Rule,
     UserId,
 )
+
+MuteUntil = Annotated[
+    int,
+    Strict(),
+    Field(ge=0, le=MAX_INT64),
+    Rule("must be milliseconds since the Unix epoch (0, or a time past, lifts the mute)"),
+]
 
 
 def _body(*examples: JsonDict) -> ConfigDict:
@@ -106,6 +115,11 @@ class SettingsBody(BaseModel):
         if v is None:
             raise ValueError("must be true or false when present")
         return v
+
+
+class MuteBody(BaseModel):
+    model_config = _body({"until": 1767225600000}, {"until": 0})
+    until: MuteUntil
 
 
 class RoleBody(BaseModel):

@@ -336,6 +336,18 @@ class Client:
     async def leave(self, group_id: int) -> None:
         await self.request("POST", f"/v1/groups/{group_id}/leave")
 
+    async def set_role(self, group_id: int, user_id: int, role: str) -> JsonObject:
+        """Make a member ``"admin"`` or ``"member"`` again (the owner only)."""
+        return await self._obj(
+            "PUT", f"/v1/groups/{group_id}/members/{user_id}/role", json={"role": role}
+        )
+
+    async def mute_member(self, group_id: int, user_id: int, until: int) -> None:
+        """Mute a member until ``until`` (ms since the epoch); 0 lifts it (owner/admins)."""
+        await self.request(
+            "PUT", f"/v1/groups/{group_id}/members/{user_id}/mute", json={"until": until}
+        )
+
     async def members(self, group_id: int) -> list[JsonObject]:
         return await self._list("GET", f"/v1/groups/{group_id}/members")
 

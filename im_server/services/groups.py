@@ -14,7 +14,7 @@ from im_server.services import notify, outbox, permissions, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, contacts, conversations, groups
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
-from im_server.storage.db import next_version_txn
+from im_server.storage.db import next_version_txn, now_ms
 
 MAX_MEMBERS_PER_CALL = 5000
 
@@ -60,8 +60,15 @@ async def list_members(ctx: Context, me: int, group_id: int) -> list[dict[str, A
             raise ImError("not_member", "you are not a member of this group")
         rows = await conversations.members(conn, conv_id)
         names = await accounts.usernames(conn, [m.user_id for m in rows])
+        mutes = dict(await conversations.active_member_mutes(conn, conv_id))
+    now = now_ms()
     return [
-        {"user_id": m.user_id, "role": ROLE_NAMES[m.role], "username": names.get(m.user_id)}
+        {
+            "user_id": m.user_id,
+            "role": ROLE_NAMES[m.role],
+            "username": names.get(m.user_id),
+            "muted_until": until if (until := mutes.get(m.user_id)) and until > now else None,
+        }
         for m in rows
     ]
 
@@ -195,6 +202,37 @@ async def do_kick(ctx: Context, actor: int, group_id: int, user_id: int) -> None
 
 async def do_leave(ctx: Context, user_id: int, group_id: int) -> None:
     await _close(ctx, user_id, group_id, user_id, "member_left")
+
+
+async def do_mute(ctx: Context, actor: int, group_id: int, user_id: int, until: int) -> None:
+    """Mute a member until ``until`` (ms); a time already past (0) lifts the mute. The
+    owner mutes anyone, an admin only plain members; the change is a ``system`` notice
+    (``member_muted`` with ``until``, or ``member_unmuted``) in the group's stream, and
+    the send permissions are read again, so the member's next send is refused
+    (``muted``) until then, on every process."""
+    ref = parse_conv_id(group_conv_id(group_id))
+    lifted = until <= now_ms()
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        me = await _require_admin(conn, ref.conv_id, actor, group_id)
+        if user_id == actor:
+            raise bad_request("you cannot mute yourself")
+        target = await conversations.member(conn, ref.conv_id, user_id)
+        if target is None or not target.active:
+            raise not_found("that user is not a member")
+        if target.role >= me.role:
+            raise ImError("forbidden", "you can only mute members of a lower role")
+        await conversations.set_muted_until(
+            conn, ref.conv_id, user_id, None if lifted else until, version
+        )
+        event: dict[str, Any] = {"actor": actor, "user_ids": [user_id]}
+        if lifted:
+            event = {"event": "member_unmuted", **event}
+        else:
+            event = {"event": "member_muted", **event, "until": until}
+        notice = await outbox.emit(conn, actor, ref.conv_id, "system", event)
+    await permissions.permissions_changed(ctx, [ref.conv_id])
+    await outbox.deliver(ctx, [notice])
 
 
 async def do_set_role(

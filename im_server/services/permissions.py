@@ -15,6 +15,7 @@ from im_server.context import Context
 from im_server.errors import unavailable
 from im_server.ids import ConvRef
 from im_server.storage import contacts, conversations
+from im_server.storage.db import now_ms
 
 log = logging.getLogger("im_server.permissions")
 PERM_TTL_SECONDS = 24 * 3600
@@ -24,7 +25,11 @@ async def send_statuses(ctx: Context, ref: ConvRef) -> dict[int, str]:
     async with ctx.db.connect() as conn:
         if ref.kind == "single":
             return await contacts.single_send_statuses(conn, ref.a, ref.b)
-        return {uid: "ok" for uid in await conversations.active_member_ids(conn, ref.conv_id)}
+        now = now_ms()
+        return {
+            uid: "ok" if until is None or until <= now else f"muted:{until}"
+            for uid, until in await conversations.active_member_mutes(conn, ref.conv_id)
+        }
 
 
 async def load_send_permissions(ctx: Context, ref: ConvRef, epoch: str) -> bool:

@@ -1,4 +1,6 @@
-"""Recall: the sender, within the recall window, replaces a message by a ``recall`` notice.
+"""Recall: the sender, within the recall window, replaces a message by a ``recall`` notice;
+in a group the owner and admins may recall any member's message, at any age (the notice's
+sender is then the moderator).
 
 The notice goes through the send pipeline like any message (pushed to everyone, stored
 with its own seq, ``content: {"seq": <original>}``), and the original is blanked: content
@@ -24,7 +26,7 @@ from im_server.ids import ConvRef
 from im_server.services import send, seqs
 from im_server.services.history import INF, load_member, window
 from im_server.storage import messages
-from im_server.storage.conversations import MemberRow
+from im_server.storage.conversations import ROLE_ADMIN, MemberRow
 from im_server.storage.messages import NewMessage
 
 RECALL_WAIT_S = 2.0
@@ -36,17 +38,22 @@ MsgKey = tuple[str, int]
 
 
 async def do_recall(ctx: Context, user_id: int, ref: ConvRef, seq: int) -> dict[str, Any]:
-    """Recall the caller's message at ``seq``: send the notice, blank the original."""
+    """Recall the message at ``seq`` (the caller's, or any member's for a group's owner
+    and admins): send the notice, blank the original."""
     msg, m = await visible_message(ctx, user_id, ref, seq)
     if msg is None or msg["content_type"] in ("system", "recall"):
         raise not_found("no such message")
-    if msg["sender_id"] != user_id:
-        raise ImError("forbidden", "only the sender can recall a message")
+    moderator = ref.kind == "group" and m.active and m.role >= ROLE_ADMIN
+    if msg["sender_id"] != user_id and not moderator:
+        raise ImError(
+            "forbidden", "only the sender, or a group's owner and admins, can recall a message"
+        )
     if ref.kind == "group" and not m.active:
         raise ImError("not_member", "you are no longer a member of this group")
     if msg["recalled"]:
         raise ImError("conflict", "already recalled")
-    if time.time() * 1000 - msg["server_time"] > ctx.settings.recall_window_seconds * 1000:
+    too_old = time.time() * 1000 - msg["server_time"] > ctx.settings.recall_window_seconds * 1000
+    if too_old and not moderator:
         raise ImError(
             "forbidden", f"messages can be recalled for {ctx.settings.recall_window_seconds} s"
         )

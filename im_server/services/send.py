@@ -356,6 +356,7 @@ _DENIED: dict[RefusalCode, str] = {
     "not_friends": "you are not friends (or one side removed the other)",
     "blocked": "the receiver blocked you",
     "not_member": "you are not a member of this conversation",
+    "muted": "an admin of this group muted you for now",
 }
 
 

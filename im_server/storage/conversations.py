@@ -217,6 +217,30 @@ async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
     return [int(x) for x in r.scalars()]
 
 
+async def active_member_mutes(conn: AsyncConnection, conv_id: str) -> list[tuple[int, int | None]]:
+    """Each active member of a group and the end of its mute (ms; None: not muted)."""
+    r = await conn.execute(
+        text(
+            "SELECT user_id, muted_until FROM conv_members WHERE conv_id = :c AND max_seq IS NULL "
+            "ORDER BY user_id"
+        ),
+        {"c": conv_id},
+    )
+    return [(int(u), None if m is None else int(m)) for u, m in r.all()]
+
+
+async def set_muted_until(
+    conn: AsyncConnection, conv_id: str, user_id: int, until: int | None, version: int
+) -> None:
+    await conn.execute(
+        text(
+            "UPDATE conv_members SET muted_until = :m, version = :v "
+            "WHERE conv_id = :c AND user_id = :u"
+        ),
+        {"c": conv_id, "u": user_id, "m": until, "v": version},
+    )
+
+
 async def active_members_of(conn: AsyncConnection, conv_ids: list[str]) -> list[int]:
     r = await conn.execute(
         text(

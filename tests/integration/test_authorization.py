@@ -599,6 +599,17 @@ def group_cells(
         ),
         Case(
             actor,
+            f"PUT mute A in {label}",
+            lambda w: w.users[actor].request(
+                "PUT",
+                f"/v1/groups/{gid(w)}/members/{w.uid('A')}/mute",
+                json={"until": 4102444800000},
+            ),
+            ae,
+            then,
+        ),
+        Case(
+            actor,
             f"POST leave {label}",
             lambda w: w.users[actor].request("POST", f"/v1/groups/{gid(w)}/leave"),
             expect,
@@ -1489,6 +1500,17 @@ def _cases() -> list[Case]:
         ),
         Case(
             "B",
+            "PUT mute A",
+            lambda w: w.B.request(
+                "PUT",
+                f"/v1/groups/{w.gid}/members/{w.uid('A')}/mute",
+                json={"until": 4102444800000},
+            ),
+            FORBIDDEN,
+            members_intact,
+        ),
+        Case(
+            "B",
             "POST recall O's message in G",
             lambda w: w.B.recall(w.g, w.o_msg_g),
             FORBIDDEN,
@@ -1623,6 +1645,13 @@ def _cases() -> list[Case]:
             "PUT",
             lambda w: f"/v1/groups/{w.gid}/members/{w.uid('A')}/role",
             {"role": "admin"},
+            None,
+        ),
+        (
+            "PUT mute G",
+            "PUT",
+            lambda w: f"/v1/groups/{w.gid}/members/{w.uid('A')}/mute",
+            {"until": 0},
             None,
         ),
         (

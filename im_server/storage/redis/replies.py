@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-RefusalCode = Literal["not_friends", "blocked", "not_member"]
-REFUSAL_CODES: frozenset[str] = frozenset({"not_friends", "blocked", "not_member"})
+RefusalCode = Literal["not_friends", "blocked", "not_member", "muted"]
+REFUSAL_CODES: frozenset[str] = frozenset({"not_friends", "blocked", "not_member", "muted"})
 
 
 class ScriptReplyError(ValueError):

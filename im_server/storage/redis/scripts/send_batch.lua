@@ -9,7 +9,8 @@
 --   ARGV[4..6]   dedupe          sender, client_msg_id -> "conv|seq|server_time", with a TTL
 --   ARGV[7..8]   seq hash        conv: fields cur, lim, rid (the run id of the node that
 --                                installed the block: extend_seq.lua)
---   ARGV[9..10]  permission hash conv: field <user_id> -> "ok" | code; "_l" = loaded
+--   ARGV[9..10]  permission hash conv: field <user_id> -> "ok" | code | "muted:<until ms>"
+--                (refused while the send's server_time is before until); "_l" = loaded
 --   ARGV[11..12] perm epoch      conv
 -- ARGV[1] cold ("1": dedupe may be missing here, ask PostgreSQL first), ARGV[2]
 -- dedupe_ttl_seconds, ARGV[3] low_water (refill the seq block in the background when
@@ -24,7 +25,7 @@
 -- Returns one entry per send (parsed by replies.parse_send):
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
---   {"denied", code}                not_friends | blocked | not_member
+--   {"denied", code}                not_friends | blocked | not_member | muted
 --   {"perm_cold", epoch}            load the permission hash, then call again
 --   {"need_block"}                  reserve a seq block in PostgreSQL, then call again
 --   {"reset"}                       this Redis lost its data (no boot marker)
@@ -80,7 +81,13 @@ for i = 13, #ARGV do
           res = {'denied', 'not_member'}
         end
       elseif st ~= 'ok' then
-        res = {'denied', st}
+        if string.sub(st, 1, 6) == 'muted:' then
+          if tonumber(string.sub(st, 7)) > tonumber(ts) then
+            res = {'denied', 'muted'}
+          end
+        else
+          res = {'denied', st}
+        end
       end
     end
     if not res and ARGV[1] == '1' and a[8] ~= '1' then
