@@ -86,6 +86,7 @@ export class Api {
     return this.post(`/v1/groups/${groupId}/members`, { user_ids: userIds, with_history: !!withHistory });
   }
   kick(groupId, userId) { return this.del(`/v1/groups/${groupId}/members/${userId}`); }
+  muteMember(groupId, userId, until) { return this.request('PUT', `/v1/groups/${groupId}/members/${userId}/mute`, { until }); }
   leave(groupId) { return this.post(`/v1/groups/${groupId}/leave`); }
 
   // conversations

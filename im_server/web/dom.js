@@ -126,6 +126,8 @@ export function systemText(m, store) {
     case 'members_added': return `${actor} added ${users}${c.with_history ? ' (with history)' : ''}`;
     case 'member_kicked': return `${actor} removed ${users}`;
     case 'member_left': return `${cap(store.nameOf((c.user_ids || [])[0] ?? c.actor))} left the group`;
+    case 'member_muted': return `${actor} muted ${users} until ${fmtDateTime(c.until)}`;
+    case 'member_unmuted': return `${actor} unmuted ${users}`;
     default: return c.event ? String(c.event).replace(/_/g, ' ') : 'group updated';
   }
 }

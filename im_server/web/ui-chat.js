@@ -245,6 +245,11 @@ export class ChatView {
   // ---- mentions -------------------------------------------------------------------
 
   canMentionAll(c) {
+    return this.canModerate(c);
+  }
+
+  /** A group's owner and admins: mention all, recall anyone's message. */
+  canModerate(c) {
     return c.type === 'group' && c.active && (c.role === 'owner' || c.role === 'admin');
   }
 
@@ -588,7 +593,8 @@ export class ChatView {
         }, 'Edit');
       case 'recall':
         return h('button', {
-          class: 'link-btn', 'data-testid': 'recall-btn', title: 'Recall this message (within 2 minutes)',
+          class: 'link-btn', 'data-testid': 'recall-btn',
+          title: m.sender_id === this.store.me.user_id ? 'Recall this message' : 'Recall this message (as a moderator)',
           onclick: async () => {
             try { await this.engine.recall(c, m.seq); } catch (e) { this.toast(`Recall failed: ${e.message}`); }
           },
@@ -703,10 +709,10 @@ export class ChatView {
     }
 
     // hover actions: reply, react, edit (mine, text, within the window), recall (mine,
-    // within its window) / retry (failed)
+    // within its window; any message, at any age, for a group's owner and admins) / retry
     const actions = el.querySelector('.msg-actions');
     const live = !!m.seq && !m.recalled && (c.type === 'single' || c.active);
-    const canRecall = mine && live && Date.now() - m.server_time < RECALL_WINDOW_MS;
+    const canRecall = live && (this.canModerate(c) || (mine && Date.now() - m.server_time < RECALL_WINDOW_MS));
     const canEdit = mine && live && m.content_type === 'text' && Date.now() - m.server_time < EDIT_WINDOW_MS;
     const want = m.state === 'failed' ? ['retry']
       : live ? ['reply', 'react', canEdit ? 'edit' : null, canRecall ? 'recall' : null].filter(Boolean) : [];

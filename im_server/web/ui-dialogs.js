@@ -1,7 +1,9 @@
 // Dialogs and the group panel: add a friend, create a group, who read a message, and the
 // member list (roles, add with/without history, kick, leave).
 
-import { $, h, avatar, cap } from './dom.js';
+import { $, h, avatar, cap, fmtDateTime } from './dom.js';
+
+const MUTE_MS = 60 * 60 * 1000; // the member list's "Mute" is for an hour
 
 function parseIds(text) {
   const ids = String(text || '').split(/[\s,;]+/).filter(Boolean).map((x) => Number(x));
@@ -146,20 +148,32 @@ export class Dialogs {
     const myRole = c.role || (c.members || []).find((x) => x.user_id === me)?.role || 'member';
     const canManage = c.active && (myRole === 'owner' || myRole === 'admin');
 
-    const members = (c.members || []).map((mem) => h('li', { class: 'member', 'data-testid': 'member', 'data-user-id': mem.user_id },
-      avatar(this.store.plainName(mem.user_id), mem.user_id, 'sm'),
-      h('div', { class: 'member-text' },
-        h('div', { class: 'strong', title: this.store.plainName(mem.user_id) }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
-        h('div', { class: 'muted small' },
-          h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role), ` #${mem.user_id}`)),
-      canManage && mem.user_id !== me && rank[mem.role] < rank[myRole]
-        ? h('button', {
+    const mute = async (mem, until) => {
+      try { await this.engine.api.muteMember(c.groupId, mem.user_id, until); await this.engine.loadMembers(c); } catch (e) { this.toast(e.message); }
+    };
+    const members = (c.members || []).map((mem) => {
+      const muted = mem.muted_until != null && mem.muted_until > Date.now();
+      const moderate = canManage && mem.user_id !== me && rank[mem.role] < rank[myRole];
+      return h('li', { class: 'member', 'data-testid': 'member', 'data-user-id': mem.user_id },
+        avatar(this.store.plainName(mem.user_id), mem.user_id, 'sm'),
+        h('div', { class: 'member-text' },
+          h('div', { class: 'strong', title: this.store.plainName(mem.user_id) }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
+          h('div', { class: 'muted small' },
+            h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role), ` #${mem.user_id}`,
+            muted ? h('span', { class: 'member-muted', 'data-testid': 'member-muted' }, ` · muted until ${fmtDateTime(mem.muted_until)}`) : null)),
+        moderate ? h('button', {
+          class: 'link-btn', 'data-testid': muted ? 'unmute-btn' : 'mute-btn',
+          title: muted ? 'Let them write again' : 'Keep them from writing for an hour',
+          onclick: () => mute(mem, muted ? 0 : Date.now() + MUTE_MS),
+        }, muted ? 'Unmute' : 'Mute 1 h') : null,
+        moderate ? h('button', {
           class: 'link-btn danger', 'data-testid': 'kick-btn', title: 'Remove from the group',
           onclick: async () => {
             if (!confirm(`Remove ${this.store.plainName(mem.user_id)} from the group?`)) return;
             try { await this.engine.api.kick(c.groupId, mem.user_id); await this.engine.loadMembers(c); } catch (e) { this.toast(e.message); }
           },
-        }, 'Remove') : null));
+        }, 'Remove') : null);
+    });
 
     const addForm = canManage ? h('form', {
       class: 'add-member', 'data-testid': 'add-member-form',
