@@ -86,6 +86,21 @@ async def _require_admin(
     return me
 
 
+async def _moderated(
+    conn: Any, conv_id: str, actor: int, group_id: int, target: int, on_self: str, verb: str
+) -> None:
+    """``actor`` (owner or admin) may act on ``target``: another current member of a
+    lower role."""
+    me = await _require_admin(conn, conv_id, actor, group_id)
+    if target == actor:
+        raise bad_request(on_self)
+    row = await conversations.member(conn, conv_id, target)
+    if row is None or not row.active:
+        raise not_found("that user is not a member")
+    if row.role >= me.role:
+        raise ImError("forbidden", f"you can only {verb} members of a lower role")
+
+
 async def _check_addable(conn: Any, actor: int, user_ids: list[int]) -> None:
     """Every user exists and none of them blocked ``actor`` (a block reaches further
     than single-chat sends: whoever blocked me cannot be put in a group by me)."""
@@ -159,14 +174,9 @@ async def _close(ctx: Context, actor: int, group_id: int, target: int, event: st
     async with ctx.db.begin() as conn:
         version = await next_version_txn(conn)
         if event == "member_kicked":
-            me = await _require_admin(conn, ref.conv_id, actor, group_id)
-            if target == actor:
-                raise bad_request("use /leave to leave a group")
-            victim = await conversations.member(conn, ref.conv_id, target)
-            if victim is None or not victim.active:
-                raise not_found("that user is not a member")
-            if victim.role >= me.role:
-                raise ImError("forbidden", "you can only remove members of a lower role")
+            await _moderated(
+                conn, ref.conv_id, actor, group_id, target, "use /leave to leave a group", "remove"
+            )
         else:
             me_row = await conversations.member(conn, ref.conv_id, actor)
             if me_row is None or not me_row.active:
@@ -214,14 +224,9 @@ async def do_mute(ctx: Context, actor: int, group_id: int, user_id: int, until: 
     lifted = until <= now_ms()
     async with ctx.db.begin() as conn:
         version = await next_version_txn(conn)
-        me = await _require_admin(conn, ref.conv_id, actor, group_id)
-        if user_id == actor:
-            raise bad_request("you cannot mute yourself")
-        target = await conversations.member(conn, ref.conv_id, user_id)
-        if target is None or not target.active:
-            raise not_found("that user is not a member")
-        if target.role >= me.role:
-            raise ImError("forbidden", "you can only mute members of a lower role")
+        await _moderated(
+            conn, ref.conv_id, actor, group_id, user_id, "you cannot mute yourself", "mute"
+        )
         await conversations.set_muted_until(
             conn, ref.conv_id, user_id, None if lifted else until, version
         )
