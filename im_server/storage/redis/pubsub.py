@@ -21,6 +21,7 @@ A node drops its own messages (it handled them locally before publishing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ MAX_BACKOFF_S = 5.0
 REGISTRY_TTL_MS = 60_000  # a dead node's entries lapse after this
 REGISTRY_REFRESH_S = 20.0  # a live node writes its users again this often
 REGISTRY_CHUNK = 1000  # users per pipeline when writing them all again
+MAP_REFRESH_TIMEOUT_S = 2.0  # a slot map not learnt by then is asked for on the next try
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,9 +290,12 @@ class Subscriber:
             subscribed()
             self._refresh.set()
             await self._drain(ps)
+        except Exception:  # moved or gone: learn the map before subscribing again
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.redis.refresh_map(), MAP_REFRESH_TIMEOUT_S)
+            raise
         finally:
             await _close(ps)
-            await self.redis.refresh_map()
 
     async def _drain(self, ps: PubSub) -> None:
         while True:
