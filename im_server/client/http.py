@@ -199,6 +199,10 @@ class Client:
         body = {"old_password": old_password, "new_password": new_password}
         await self.request("PUT", "/v1/me/password", json=body)
 
+    async def delete_account(self, password: str) -> None:
+        """Delete my account: every token of mine dies, this one too."""
+        await self.request("DELETE", "/v1/me", json={"password": password})
+
     async def register_push(self, app_id: str, pushkey: str, platform: str) -> None:
         """Tie a push registration to this session (replacing its registration)."""
         body = {"app_id": app_id, "pushkey": pushkey, "platform": platform}

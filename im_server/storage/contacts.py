@@ -142,13 +142,15 @@ async def set_removed(conn: AsyncConnection, user_id: int, peer_id: int) -> bool
 
 
 async def friends_of(conn: AsyncConnection, user_id: int) -> list[tuple[int, str]]:
-    """My friends, without those I removed (the other side's removal does not hide them)."""
+    """My friends, without those I removed (the other side's removal does not hide them)
+    and without deleted accounts."""
     r = await conn.execute(
         text(
             "SELECT u.user_id, u.username FROM friendships f "
             "JOIN users u ON u.user_id = CASE WHEN f.user_a = :u THEN f.user_b ELSE f.user_a END "
             "LEFT JOIN contact_states cs ON cs.user_id = :u AND cs.peer_id = u.user_id "
             "WHERE (f.user_a = :u OR f.user_b = :u) AND NOT COALESCE(cs.removed, false) "
+            "AND u.deleted_at IS NULL "
             "ORDER BY u.user_id"
         ),
         {"u": user_id},
