@@ -287,6 +287,10 @@ class Client:
         """Mine: ``[{app_id, pushkey, platform, device_id}]``."""
         return await self._list("GET", "/v1/push/registrations")
 
+    async def user(self, user_id: int) -> JsonObject:
+        """A user's public profile, or ``{user_id, deleted: true}`` for a deleted one."""
+        return await self._obj("GET", f"/v1/users/{user_id}")
+
     async def lookup_user(self, username: str) -> JsonObject:
         """``{user_id, username, display_name}`` of the user with that username."""
         return await self._obj("GET", "/v1/users/lookup", params={"username": username})
