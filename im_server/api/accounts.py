@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id, client_host
 from im_server.api.parsing import StrictJsonRoute
@@ -17,7 +18,7 @@ from im_server.api.responses import (
     UserProfile,
 )
 from im_server.api.schemas import AccountDeletion, NewSession, NewUser, PasswordChange
-from im_server.services import accounts, deletion, lookup_throttle
+from im_server.services import accounts, deletion, export, lookup_throttle
 
 router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
 
@@ -100,6 +101,20 @@ async def change_password(
         client_host(request),
     )
     return Response(status_code=204)
+
+
+@router.get(
+    "/me/export",
+    summary="My data as one JSON document (profile, friends, blocks, groups, my messages)",
+    responses={200: {"content": {"application/json": {}}}},
+)
+async def export_me(caller: CurrentUser, ctx: Ctx) -> StreamingResponse:
+    head = await export.prepare(ctx, caller.user_id)
+    return StreamingResponse(
+        export.stream(ctx, caller.user_id, head),
+        media_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="export.json"'},
+    )
 
 
 @router.delete(

@@ -199,6 +199,15 @@ class Client:
         body = {"old_password": old_password, "new_password": new_password}
         await self.request("PUT", "/v1/me/password", json=body)
 
+    async def export(self) -> JsonObject:
+        """My data: ``{user, friends, blocks, groups, messages}`` (the messages I sent)."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = await self.http.get(self.base_url + "/v1/me/export", headers=headers)
+        if resp.status_code >= 300:
+            raise ApiError.from_response(resp.status_code, resp.content)
+        data: JsonObject = orjson.loads(resp.content)
+        return data
+
     async def delete_account(self, password: str) -> None:
         """Delete my account: every token of mine dies, this one too."""
         await self.request("DELETE", "/v1/me", json={"password": password})
