@@ -1684,6 +1684,7 @@ def _cases() -> list[Case]:
             None,
         ),
         ("DELETE me", "DELETE", lambda w: "/v1/me", {"password": PASSWORD}, None),
+        ("GET me/export", "GET", lambda w: "/v1/me/export", None, None),
         (
             "GET users/lookup A",
             "GET",
@@ -1755,6 +1756,7 @@ def _cases() -> list[Case]:
                 "DELETE sessions (everywhere)",
                 "PUT me/password",
                 "DELETE me",
+                "GET me/export",
                 "GET users/lookup A",
                 "GET presence",
                 "PUT push/registration",
