@@ -5,7 +5,9 @@ its key are freed (replaced by ``#deleted:<id>``, which no username can be), the
 password hash is emptied and every session is revoked, their push registrations with
 them; after its commit the sockets close (4401) on every process and logging in fails.
 
-The second, the clean-up, leaves every group through the normal leave (``member_left``
+The second, the clean-up, marks every friend removed on my side (their single-chat
+sends to me are refused ``not_friends``), deletes the pending friend requests from and to
+me, leaves every group through the normal leave (``member_left``
 notice, ownership handed to the senior admin, else the senior member), deletes any push
 registration left and marks the clean-up done (``users.cleaned_at``). Each step is
 idempotent: a group already left is skipped, and the leave checks membership under the
@@ -22,11 +24,12 @@ import logging
 from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text
+from im_server.ids import single_conv_id
 from im_server.names import username_key
-from im_server.services import groups, login_throttle
+from im_server.services import groups, login_throttle, notify, permissions
 from im_server.services.accounts import revoked, verify_password
 from im_server.storage import accounts as store
-from im_server.storage import conversations
+from im_server.storage import contacts, conversations
 from im_server.storage.db import now_ms
 
 log = logging.getLogger("im_server.deletion")
@@ -70,6 +73,12 @@ async def do_delete_account(
 
 async def finish(ctx: Context, user_id: int) -> None:
     """The clean-up of a deleted account; idempotent."""
+    async with ctx.db.begin() as conn:
+        friends = await contacts.remove_every_friend(conn, user_id)
+        asked = await contacts.drop_pending_requests(conn, user_id)
+    if friends:
+        await permissions.permissions_changed(ctx, [single_conv_id(user_id, p) for p in friends])
+    await notify.changed(ctx, [*friends, *asked])
     async with ctx.db.connect() as conn:
         group_ids = await conversations.active_groups_of(conn, user_id)
     for group_id in group_ids:

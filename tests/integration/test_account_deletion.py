@@ -80,6 +80,9 @@ async def test_deletion_does_the_whole_rule(make: Make, url: str, stores: Stores
     g2 = (await me.create_group("g2", [m2.user_id, m1.user_id]))["group_id"]
     # g3: I am a plain member
     g3 = (await other_owner.create_group("g3", [me.user_id]))["group_id"]
+    asker, asked = await make("ask"), await make("asked")
+    await asker.request_friend(me.user_id)
+    await me.request_friend(asked.user_id)
     phone = await Client.login(url, me.username, PASSWORD, device_id="phone")
     await phone.register_push(APP, apns_key(), "apns")
     assert await push_rows(stores, me.user_id) == 1
@@ -105,6 +108,15 @@ async def test_deletion_does_the_whole_rule(make: Make, url: str, stores: Stores
         assert set(live) == {"user_id", "username", "display_name"}, live
         assert me.user_id not in [f["user_id"] for f in await friend.friends()]
         assert await push_rows(stores, me.user_id) == 0
+        # sends to me are refused; the friend requests from and to me are gone
+        with pytest.raises(ApiError) as e:
+            await friend.send_rest(conv, "still there?")
+        assert (e.value.status, e.value.code) == (403, "not_friends")
+        assert (await asker.friend_requests())["outgoing"] == []
+        assert (await asked.friend_requests())["incoming"] == []
+        with pytest.raises(ApiError) as e:
+            await asker.request_friend(me.user_id)
+        assert e.value.status == 404
 
         # every group left, with hand-over and one member_left notice each
         assert roles(await older.members(g1)) == {older.user_id: "member", adm.user_id: "owner"}
@@ -178,7 +190,7 @@ async def test_deletion_killed_half_way_is_finished_by_the_next_server(
         me, friend, a, b = [await new_user(srv.url, p) for p in ("cr", "crf", "cra", "crb")]
         clients += [me, friend, a, b]
         assert me.user_id and me.username
-        await befriend(me, friend)
+        conv = await befriend(me, friend)
         g1 = (await me.create_group("c1", [a.user_id, b.user_id]))["group_id"]
         await me.set_role(g1, b.user_id, "admin")
         g2 = (await me.create_group("c2", [b.user_id, a.user_id]))["group_id"]
@@ -226,6 +238,9 @@ async def test_deletion_killed_half_way_is_finished_by_the_next_server(
             notices = await eventually(lambda gid=gid: left_notices(a, gid, me.user_id))
             assert len(notices) == 1, notices
         assert me.user_id not in [f["user_id"] for f in await friend.friends()]
+        with pytest.raises(ApiError) as e:
+            await friend.send_rest(conv, "still there?")
+        assert (e.value.status, e.value.code) == (403, "not_friends")
         assert await push_rows(stores, me.user_id) == 0
         assert await friend.user(me.user_id) == {"user_id": me.user_id, "deleted": True}
         # a later sweep changes nothing: still one notice per group
