@@ -211,15 +211,15 @@ async def test_deletion_killed_half_way_is_finished_by_the_next_server(
             srv.kill9()
             with pytest.raises((ApiError, httpx.HTTPError)):
                 await deleting
+            # killed half-way: the deletion is committed, its clean-up is not (checked
+            # under the lock: no other process's sweep can finish it meanwhile)
+            row = await db_lock.fetchrow(
+                "SELECT deleted_at, cleaned_at FROM users WHERE user_id = $1", me.user_id
+            )
+            assert row["deleted_at"] is not None and row["cleaned_at"] is None, row
         finally:
             await db_lock.execute("ROLLBACK")
             await db_lock.close()
-        # killed half-way: the deletion is committed, its clean-up is not
-        async with pg(stores) as db:
-            row = await db.fetchrow(
-                "SELECT deleted_at, cleaned_at FROM users WHERE user_id = $1", me.user_id
-            )
-        assert row["deleted_at"] is not None and row["cleaned_at"] is None, row
 
         srv2 = ServerProcess(env=env).start()
         for c in clients:
