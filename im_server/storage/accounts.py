@@ -120,13 +120,14 @@ async def deleted_at(conn: AsyncConnection, user_id: int) -> int | None:
 
 
 async def mark_deleted(conn: AsyncConnection, user_id: int, now: int) -> bool:
-    """Mark the user deleted: the username and its key are replaced (freed), the password
-    hash emptied (no password matches it). False when already deleted (nothing written)."""
+    """Mark the user deleted: the username and its key are replaced (freed), the display
+    name and the password hash emptied (no password matches an empty hash). False when
+    already deleted (nothing written)."""
     name = deleted_name(user_id)
     r = await conn.execute(
         text(
             "UPDATE users SET deleted_at = :t, username = :n, username_key = :n, "
-            "password_hash = '' WHERE user_id = :u AND deleted_at IS NULL RETURNING user_id"
+            "display_name = '', password_hash = '' WHERE user_id = :u AND deleted_at IS NULL RETURNING user_id"
         ),
         {"u": user_id, "t": now, "n": name},
     )

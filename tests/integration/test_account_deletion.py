@@ -108,6 +108,13 @@ async def test_deletion_does_the_whole_rule(make: Make, url: str, stores: Stores
         assert set(live) == {"user_id", "username", "display_name"}, live
         assert me.user_id not in [f["user_id"] for f in await friend.friends()]
         assert await push_rows(stores, me.user_id) == 0
+        async with pg(stores) as db:
+            row = await db.fetchrow(
+                "SELECT username, username_key, display_name, password_hash FROM users "
+                "WHERE user_id = $1",
+                me.user_id,
+            )
+        assert tuple(row) == (f"#deleted:{me.user_id}", f"#deleted:{me.user_id}", "", ""), row
         # sends to me are refused; the friend requests from and to me are gone
         with pytest.raises(ApiError) as e:
             await friend.send_rest(conv, "still there?")
