@@ -41,8 +41,8 @@ async def do_delete_account(
     """Check the password (throttled and counted like a login), delete the account, then
     clean up. A failure of the clean-up is left to the periodic job: the deletion itself
     is committed."""
-    if not isinstance(password, str):
-        raise bad_request("password: a string")
+    if not isinstance(password, str) or len(password) > 256:
+        raise bad_request("password: a string of at most 256 characters")
     check_text(password, "password")
     async with ctx.db.connect() as conn:
         user = await store.user_by_id(conn, user_id)
@@ -50,7 +50,7 @@ async def do_delete_account(
         raise ImError("unauthorized", "user is gone")
     attempt = await login_throttle.begin(ctx, username_key(user.username), client_host)
     try:
-        ok = len(password) <= 256 and await verify_password(ctx, user.password_hash, password)
+        ok = await verify_password(ctx, user.password_hash, password)
     except Exception:
         await login_throttle.give_back(ctx, attempt)
         raise
