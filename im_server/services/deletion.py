@@ -1,21 +1,22 @@
 """Account deletion (``DELETE /v1/me``).
 
 Two steps. The first is one transaction: the user is marked deleted, the username and
-its key are freed (replaced by ``#deleted:<id>``, which no username can be), the
-password hash is emptied and every session is revoked, their push registrations with
-them; after its commit the sockets close (4401) on every process and logging in fails.
+its key are freed (replaced by ``#deleted:<id>``, which no username can be), the display
+name and the password hash are emptied and every session is revoked, their push
+registrations with them; after its commit the sockets close (4401) on every process and
+logging in fails.
 
-The second, the clean-up, marks every friend removed on my side (their single-chat
-sends to me are refused ``not_friends``), deletes the pending friend requests from and to
-me, leaves every group through the normal leave (``member_left``
-notice, ownership handed to the senior admin, else the senior member), deletes any push
-registration left and marks the clean-up done (``users.cleaned_at``). Each step is
-idempotent: a group already left is skipped, and the leave checks membership under the
-sync-version lock, so two runs at once leave each group once. The request runs it right
-after the commit; since the caller's token is already dead, a deletion whose process died
-half-way is finished by the periodic job ``account-deletion`` of any process
-(``finish_pending``). Friends' lists leave out deleted accounts at once (by query), and
-messages stay, with their ``sender_id``."""
+The second, the clean-up, marks every friend removed on my side (their single-chat sends
+to me are refused ``not_friends``), deletes the pending friend requests from and to me,
+leaves every group through the normal leave (``member_left`` notice, ownership handed to
+the senior admin, else the senior member), deletes any push registration left and marks
+the clean-up done (``users.cleaned_at``). Each step is idempotent: a group already left
+is skipped, and the leave checks membership under the sync-version lock, so two runs at
+once leave each group once. The request runs it right after the commit; since the
+caller's token is already dead, a deletion whose process died half-way is finished by the
+periodic job ``account-deletion`` of any process (``finish_pending``). Friends' lists
+leave out deleted accounts at once (by query), and messages stay, with their
+``sender_id``."""
 
 from __future__ import annotations
 
