@@ -44,7 +44,15 @@ from im_server.health import Health
 from im_server.metrics import HTTP_HANDLER_ERRORS, STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
-from im_server.services import outbox, push_registrations, read, recovery, send, uploads
+from im_server.services import (
+    deletion,
+    outbox,
+    push_registrations,
+    read,
+    recovery,
+    send,
+    uploads,
+)
 from im_server.services.coalesce import Coalescer
 from im_server.services.ratelimit import RateLimits
 from im_server.storage.db import create_engine
@@ -131,6 +139,9 @@ def periodic_jobs(
     async def prune_uploads() -> None:
         await uploads.prune_unsent(ctx)
 
+    async def finish_deletions() -> None:
+        await deletion.finish_pending(ctx)
+
     jobs = [
         Periodic("node-presence", PRESENCE_S, fanout.beat),
         Periodic("notice-outbox", ctx.settings.outbox_sweep_seconds, sweep_outbox),
@@ -139,6 +150,7 @@ def periodic_jobs(
         Periodic("stream-depth", STREAM_DEPTH_S, stream_depth),
         Periodic("push-registration-expiry", PUSH_PRUNE_S, prune_push_registrations),
         Periodic("upload-expiry", ctx.settings.upload_prune_seconds, prune_uploads),
+        Periodic("account-deletion", ctx.settings.deletion_sweep_seconds, finish_deletions),
     ]
     if ctx.redis.cluster:
         jobs.append(

@@ -193,6 +193,9 @@ class Settings(BaseSettings):
     # commit; a notice still unsent `outbox_sweep_seconds` later (its process died, a
     # store failed) is sent by the sweep of any process, which runs that often
     outbox_sweep_seconds: float = 5.0
+    # a deleted account whose clean-up (leaving its groups, ...) did not finish (its
+    # process died half-way) is finished by any process, which looks that often
+    deletion_sweep_seconds: float = 10.0
 
     # caches
     auth_cache_seconds: float = 30.0
@@ -227,6 +230,7 @@ class Settings(BaseSettings):
         "presence_node_ttl_seconds",
         "presence_sweep_seconds",
         "outbox_sweep_seconds",
+        "deletion_sweep_seconds",
         "push_timeout_seconds",
         "push_backoff_max_seconds",
         "push_poll_seconds",

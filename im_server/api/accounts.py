@@ -6,12 +6,19 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser, Id, client_host
 from im_server.api.parsing import StrictJsonRoute
-from im_server.api.responses import PublicUser, Registered, SessionInfo, SessionToken
-from im_server.api.schemas import NewSession, NewUser, PasswordChange
-from im_server.services import accounts, lookup_throttle
+from im_server.api.responses import (
+    PublicUser,
+    Registered,
+    SessionInfo,
+    SessionToken,
+    UserProfile,
+)
+from im_server.api.schemas import AccountDeletion, NewSession, NewUser, PasswordChange
+from im_server.services import accounts, deletion, export, lookup_throttle
 
 router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
 
@@ -97,6 +104,33 @@ async def change_password(
 
 
 @router.get(
+    "/me/export",
+    summary="My data as one JSON document (profile, friends, blocks, groups, my messages)",
+    responses={200: {"content": {"application/json": {}}}},
+)
+async def export_me(caller: CurrentUser, ctx: Ctx) -> StreamingResponse:
+    head = await export.prepare(ctx, caller.user_id)
+    return StreamingResponse(
+        export.stream(ctx, caller.user_id, head),
+        media_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="export.json"'},
+    )
+
+
+@router.delete(
+    "/me",
+    status_code=204,
+    summary="Delete my account: every session revoked, every group left, the username freed",
+    responses={429: {"description": "rate_limited: too many failed password checks"}},
+)
+async def delete_account(
+    body: AccountDeletion, caller: CurrentUser, ctx: Ctx, request: Request
+) -> Response:
+    await deletion.do_delete_account(ctx, caller.user_id, body.password, client_host(request))
+    return Response(status_code=204)
+
+
+@router.get(
     "/users/lookup",
     response_model=PublicUser,
     summary="Find a user by username (compared as at registration)",
@@ -113,8 +147,9 @@ async def lookup_user(
 
 @router.get(
     "/users/{user_id}",
-    response_model=PublicUser,
-    summary="A user's public profile (username, display name)",
+    response_model=UserProfile,
+    response_model_exclude_none=True,
+    summary="A user's public profile (username, display name); {user_id, deleted} if deleted",
 )
 async def user_profile(user_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
     return await accounts.profile(ctx, user_id)

@@ -57,6 +57,16 @@ class PublicUser(Answer):
     display_name: str
 
 
+class UserProfile(Answer):
+    """A live user's public profile, or ``{user_id, deleted: true}`` for a deleted account
+    (no username, no display name)."""
+
+    user_id: UserId
+    username: str | None = Field(None, description="absent for a deleted account")
+    display_name: str | None = Field(None, description="absent for a deleted account")
+    deleted: Literal[True] | None = Field(None, description="present (true) only when deleted")
+
+
 # -- friends --------------------------------------------------------------------------------
 
 

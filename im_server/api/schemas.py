@@ -61,6 +61,11 @@ class PasswordChange(BaseModel):
     new_password: str = Field(description="8-256 characters")
 
 
+class AccountDeletion(BaseModel):
+    model_config = _body({"password": "correct horse"})
+    password: str = Field(description="my current password")
+
+
 class FriendRequestBody(BaseModel):
     model_config = _body({"to_user_id": 2, "note": "hi, it's Alice"})
     to_user_id: UserId

@@ -199,6 +199,19 @@ class Client:
         body = {"old_password": old_password, "new_password": new_password}
         await self.request("PUT", "/v1/me/password", json=body)
 
+    async def export(self) -> JsonObject:
+        """My data: ``{user, friends, blocks, groups, messages}`` (the messages I sent)."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        resp = await self.http.get(self.base_url + "/v1/me/export", headers=headers)
+        if resp.status_code >= 300:
+            raise ApiError.from_response(resp.status_code, resp.content)
+        data: JsonObject = orjson.loads(resp.content)
+        return data
+
+    async def delete_account(self, password: str) -> None:
+        """Delete my account: every token of mine dies, this one too."""
+        await self.request("DELETE", "/v1/me", json={"password": password})
+
     async def register_push(self, app_id: str, pushkey: str, platform: str) -> None:
         """Tie a push registration to this session (replacing its registration)."""
         body = {"app_id": app_id, "pushkey": pushkey, "platform": platform}
@@ -282,6 +295,10 @@ class Client:
     async def push_registrations(self) -> list[JsonObject]:
         """Mine: ``[{app_id, pushkey, platform, device_id}]``."""
         return await self._list("GET", "/v1/push/registrations")
+
+    async def user(self, user_id: int) -> JsonObject:
+        """A user's public profile, or ``{user_id, deleted: true}`` for a deleted one."""
+        return await self._obj("GET", f"/v1/users/{user_id}")
 
     async def lookup_user(self, username: str) -> JsonObject:
         """``{user_id, username, display_name}`` of the user with that username."""

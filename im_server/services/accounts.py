@@ -232,6 +232,11 @@ async def live_tokens(ctx: Context, hashes: list[bytes]) -> set[bytes]:
     return live
 
 
+def revoked(ctx: Context, hashes: list[bytes]) -> None:
+    """Tell every process that these tokens are dead (see ``_revoked``)."""
+    _revoked(ctx, hashes)
+
+
 def _revoked(ctx: Context, hashes: list[bytes]) -> None:
     """Tell every process (this one too) that these tokens are dead: the cache entries go
     and their sockets close with 4401."""
@@ -301,7 +306,7 @@ async def do_change_password(
     check_text(old_password, "old_password")
     async with ctx.db.connect() as conn:
         user = await store.user_by_id(conn, user_id)
-    if user is None:
+    if user is None or user.deleted:
         raise ImError("unauthorized", "user is gone")
     attempt = await login_throttle.begin(ctx, username_key(user.username), client_host)
     try:
@@ -334,17 +339,20 @@ def _public(user: store.UserRow) -> dict[str, object]:
 async def me(ctx: Context, user_id: int) -> dict[str, object]:
     async with ctx.db.connect() as conn:
         user = await store.user_by_id(conn, user_id)
-    if user is None:
+    if user is None or user.deleted:
         raise ImError("unauthorized", "user is gone")
     return _public(user)
 
 
 async def profile(ctx: Context, user_id: int) -> dict[str, object]:
-    """Another user's public profile (what a client shows next to a user id)."""
+    """Another user's public profile (what a client shows next to a user id); a deleted
+    account answers ``{user_id, deleted: true}`` and nothing else."""
     async with ctx.db.connect() as conn:
         user = await store.user_by_id(conn, user_id)
     if user is None:
         raise ImError("not_found", "no such user")
+    if user.deleted:
+        return {"user_id": user.user_id, "deleted": True}
     return _public(user)
 
 

@@ -19,6 +19,7 @@ class UserRow:
     username: str
     display_name: str
     password_hash: str
+    deleted: bool = False
 
 
 async def create_user(
@@ -52,7 +53,8 @@ async def user_by_name(conn: AsyncConnection, username: str, username_key: str) 
     r = await conn.execute(
         text(
             "SELECT user_id, username, display_name, password_hash FROM users "
-            "WHERE username = :u OR username_key = :k ORDER BY (username = :u) DESC LIMIT 1"
+            "WHERE (username = :u OR username_key = :k) AND deleted_at IS NULL "
+            "ORDER BY (username = :u) DESC LIMIT 1"
         ),
         {"u": username, "k": username_key},
     )
@@ -81,8 +83,12 @@ async def set_password_hash(conn: AsyncConnection, user_id: int, password_hash: 
 
 
 async def user_by_id(conn: AsyncConnection, user_id: int) -> UserRow | None:
+    """The user, a deleted one too (``deleted`` says so)."""
     r = await conn.execute(
-        text("SELECT user_id, username, display_name, password_hash FROM users WHERE user_id = :u"),
+        text(
+            "SELECT user_id, username, display_name, password_hash, deleted_at IS NOT NULL "
+            "FROM users WHERE user_id = :u"
+        ),
         {"u": user_id},
     )
     row = r.first()
@@ -91,9 +97,66 @@ async def user_by_id(conn: AsyncConnection, user_id: int) -> UserRow | None:
 
 async def existing_user_ids(conn: AsyncConnection, user_ids: list[int]) -> set[int]:
     r = await conn.execute(
-        text("SELECT user_id FROM users WHERE user_id = ANY(:ids)"), {"ids": user_ids}
+        text("SELECT user_id FROM users WHERE user_id = ANY(:ids) AND deleted_at IS NULL"),
+        {"ids": user_ids},
     )
     return {int(x) for x in r.scalars()}
+
+
+# ---- deletion ---------------------------------------------------------------------------------
+
+
+def deleted_name(user_id: int) -> str:
+    """What a deleted user's username and key become: no username can have a '#', so it
+    frees the name for a new registration and matches no login or look-up."""
+    return f"#deleted:{user_id}"
+
+
+async def deleted_at(conn: AsyncConnection, user_id: int) -> int | None:
+    """When the user was deleted (ms); None for a live user (or no such user)."""
+    r = await conn.execute(text("SELECT deleted_at FROM users WHERE user_id = :u"), {"u": user_id})
+    row = r.first()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+async def mark_deleted(conn: AsyncConnection, user_id: int, now: int) -> bool:
+    """Mark the user deleted: the username and its key are replaced (freed), the display
+    name and the password hash emptied (no password matches an empty hash). False when
+    already deleted (nothing written)."""
+    name = deleted_name(user_id)
+    r = await conn.execute(
+        text(
+            "UPDATE users SET deleted_at = :t, username = :n, username_key = :n, "
+            "display_name = '', password_hash = '' WHERE user_id = :u AND deleted_at IS NULL RETURNING user_id"
+        ),
+        {"u": user_id, "t": now, "n": name},
+    )
+    return r.first() is not None
+
+
+async def deletions_to_finish(conn: AsyncConnection, before: int, limit: int = 100) -> list[int]:
+    """Users deleted before ``before`` (ms) whose clean-up is not done, oldest first."""
+    r = await conn.execute(
+        text(
+            "SELECT user_id FROM users WHERE deleted_at IS NOT NULL AND cleaned_at IS NULL "
+            "AND deleted_at < :b ORDER BY deleted_at LIMIT :n"
+        ),
+        {"b": before, "n": limit},
+    )
+    return [int(x) for x in r.scalars()]
+
+
+async def mark_cleaned(conn: AsyncConnection, user_id: int, now: int) -> None:
+    await conn.execute(
+        text("UPDATE users SET cleaned_at = :t WHERE user_id = :u AND cleaned_at IS NULL"),
+        {"u": user_id, "t": now},
+    )
+
+
+async def delete_push_registrations(conn: AsyncConnection, user_id: int) -> int:
+    """Every push registration of the user (those of revoked sessions go with them
+    already; this catches any left)."""
+    return await push.delete_of_user(conn, user_id)
 
 
 async def usernames(conn: AsyncConnection, user_ids: list[int]) -> dict[int, str]:

@@ -141,14 +141,45 @@ async def set_removed(conn: AsyncConnection, user_id: int, peer_id: int) -> bool
     return True
 
 
+async def remove_every_friend(conn: AsyncConnection, user_id: int) -> list[int]:
+    """Mark every friend removed on the user's side (a deleted account: single-chat sends
+    to it are refused ``not_friends``); the friends' ids."""
+    r = await conn.execute(
+        text(
+            "INSERT INTO contact_states (user_id, peer_id, removed) "
+            "SELECT :u, CASE WHEN user_a = :u THEN user_b ELSE user_a END, true "
+            "FROM friendships WHERE user_a = :u OR user_b = :u "
+            "ON CONFLICT (user_id, peer_id) DO UPDATE SET removed = true "
+            "RETURNING peer_id"
+        ),
+        {"u": user_id},
+    )
+    return sorted(int(p) for p in r.scalars())
+
+
+async def drop_pending_requests(conn: AsyncConnection, user_id: int) -> list[int]:
+    """Delete the pending friend requests from and to the user; the other sides' ids."""
+    r = await conn.execute(
+        text(
+            "DELETE FROM friend_requests WHERE status = 0 "
+            "AND (from_user_id = :u OR to_user_id = :u) "
+            "RETURNING CASE WHEN from_user_id = :u THEN to_user_id ELSE from_user_id END"
+        ),
+        {"u": user_id},
+    )
+    return sorted({int(p) for p in r.scalars()})
+
+
 async def friends_of(conn: AsyncConnection, user_id: int) -> list[tuple[int, str]]:
-    """My friends, without those I removed (the other side's removal does not hide them)."""
+    """My friends, without those I removed (the other side's removal does not hide them)
+    and without deleted accounts."""
     r = await conn.execute(
         text(
             "SELECT u.user_id, u.username FROM friendships f "
             "JOIN users u ON u.user_id = CASE WHEN f.user_a = :u THEN f.user_b ELSE f.user_a END "
             "LEFT JOIN contact_states cs ON cs.user_id = :u AND cs.peer_id = u.user_id "
             "WHERE (f.user_a = :u OR f.user_b = :u) AND NOT COALESCE(cs.removed, false) "
+            "AND u.deleted_at IS NULL "
             "ORDER BY u.user_id"
         ),
         {"u": user_id},

@@ -207,6 +207,19 @@ async def members(
     return [MemberRow(*r) for r in rows]
 
 
+async def active_groups_of(conn: AsyncConnection, user_id: int) -> list[int]:
+    """The groups the user is an active member of, ascending."""
+    r = await conn.execute(
+        text(
+            "SELECT c.group_id FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id "
+            "WHERE m.user_id = :u AND m.max_seq IS NULL AND c.conv_type = :g "
+            "ORDER BY c.group_id"
+        ),
+        {"u": user_id, "g": GROUP},
+    )
+    return [int(x) for x in r.scalars()]
+
+
 async def active_member_ids(conn: AsyncConnection, conv_id: str) -> list[int]:
     r = await conn.execute(
         text(

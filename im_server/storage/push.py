@@ -136,6 +136,14 @@ async def delete_of_sessions(conn: AsyncConnection, token_hashes: Sequence[bytes
     return int(r.rowcount)
 
 
+async def delete_of_user(conn: AsyncConnection, user_id: int) -> int:
+    """Delete every registration of the user (a deleted account); how many went."""
+    r = await conn.execute(
+        text("DELETE FROM push_registrations WHERE user_id = :u"), {"u": user_id}
+    )
+    return int(r.rowcount)
+
+
 async def of_user(conn: AsyncConnection, user_id: int, idle_cutoff: int) -> list[Registration]:
     """The user's registrations of live sessions, oldest first."""
     r = await conn.execute(

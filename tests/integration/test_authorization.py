@@ -1683,6 +1683,8 @@ def _cases() -> list[Case]:
             {"old_password": PASSWORD, "new_password": "taken-over-1"},
             None,
         ),
+        ("DELETE me", "DELETE", lambda w: "/v1/me", {"password": PASSWORD}, None),
+        ("GET me/export", "GET", lambda w: "/v1/me/export", None, None),
         (
             "GET users/lookup A",
             "GET",
@@ -1725,7 +1727,12 @@ def _cases() -> list[Case]:
         assert (await w.A.me())["user_id"] == w.uid("A")
 
     thens["DELETE sessions/current"] = a_token_alive
-    for what in ("DELETE sessions/{A's device}", "DELETE sessions (everywhere)", "PUT me/password"):
+    for what in (
+        "DELETE sessions/{A's device}",
+        "DELETE sessions (everywhere)",
+        "PUT me/password",
+        "DELETE me",
+    ):
         thens[what] = a_sessions_intact
     for what, method, path, body, params in rest:
         cs.append(
@@ -1748,6 +1755,8 @@ def _cases() -> list[Case]:
                 "DELETE sessions/{A's device}",
                 "DELETE sessions (everywhere)",
                 "PUT me/password",
+                "DELETE me",
+                "GET me/export",
                 "GET users/lookup A",
                 "GET presence",
                 "PUT push/registration",

@@ -232,6 +232,35 @@ async def test_wrong_old_password_counts_as_a_failed_login(
         await me.aclose()
 
 
+async def test_wrong_password_on_account_deletion_counts_as_a_failed_login(
+    guarded: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    me = await new_user(guarded.url, "delthrottle")
+    try:
+        got = []
+        for _ in range(USER_MAX + 1):
+            r = await http.request(
+                "DELETE",
+                guarded.url + "/v1/me",
+                json={"password": "wrong-password"},
+                headers={"Authorization": f"Bearer {me.token}", "X-Forwarded-For": new_addr()},
+            )
+            got.append(r.status_code)
+        assert got == [401] * USER_MAX + [429], got
+        # the right password is refused too (nothing deleted), and so is a login
+        r = await http.request(
+            "DELETE",
+            guarded.url + "/v1/me",
+            json={"password": PASSWORD},
+            headers={"Authorization": f"Bearer {me.token}", "X-Forwarded-For": new_addr()},
+        )
+        assert_throttled(r)
+        assert_throttled(await attempt(http, guarded.url, me.username or "", PASSWORD, new_addr()))
+        assert (await me.me())["user_id"] == me.user_id  # not deleted
+    finally:
+        await me.aclose()
+
+
 async def test_unknown_usernames_take_as_long_as_wrong_passwords(
     guarded: ServerProcess, http: httpx.AsyncClient
 ) -> None:
