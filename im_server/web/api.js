@@ -66,6 +66,7 @@ export class Api {
   sessions() { return this.get('/v1/sessions'); }
   revokeSession(deviceId) { return this.del(`/v1/sessions/${encodeURIComponent(deviceId)}`); }
   logoutEverywhere() { return this.del('/v1/sessions'); }
+  deleteAccount(password) { return this.request('DELETE', '/v1/me', { password }, { keepSession: true }); }
   changePassword(oldPassword, newPassword) {
     const body = { old_password: oldPassword, new_password: newPassword };
     return this.request('PUT', '/v1/me/password', body, { keepSession: true });

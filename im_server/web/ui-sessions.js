@@ -35,11 +35,14 @@ export class SessionsDialog {
     $('#sessions-btn').addEventListener('click', () => this.open());
     $('#logout-all-btn').addEventListener('click', () => this.logoutEverywhere());
     $('#password-form').addEventListener('submit', (e) => { e.preventDefault(); this.changePassword(); });
+    $('#delete-form').addEventListener('submit', (e) => { e.preventDefault(); this.deleteAccount(); });
   }
 
   open() {
     $('#pw-username').defaultValue = this.store.me.username; // for password managers
     $('#password-form').reset();
+    $('#delete-form').reset();
+    $('#delete-error').textContent = '';
     $('#password-error').textContent = '';
     $('#password-ok').textContent = '';
     $('#sessions-error').textContent = '';
@@ -96,6 +99,25 @@ export class SessionsDialog {
       this.onLoggedOut();
     } catch (e) {
       $('#sessions-error').textContent = e.message;
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  async deleteAccount() {
+    const form = $('#delete-form');
+    const err = $('#delete-error');
+    const password = form.elements.password.value;
+    err.textContent = password ? '' : 'Enter your password.';
+    if (err.textContent) return;
+    if (!confirm('Delete your account for good? This cannot be undone.')) return;
+    const btn = form.querySelector('[type="submit"]');
+    btn.disabled = true;
+    try {
+      await this.api.deleteAccount(password);
+      this.onLoggedOut();
+    } catch (e) {
+      err.textContent = e.status === 401 ? 'Your password is wrong.' : passwordError(e);
     } finally {
       btn.disabled = false;
     }

@@ -219,3 +219,36 @@ async def test_log_out_everywhere(server: Any, new_page: Any, shots: Path) -> No
     # both tokens are dead: reloading the phone keeps it on the login screen
     await phone.reload()
     await expect(phone.get_by_test_id("auth-screen")).to_be_visible()
+
+
+async def test_delete_my_account(server: Any, new_page: Any, shots: Path) -> None:
+    """In-app deletion (the app stores require it): a wrong password is refused and
+    changes nothing; the right one, confirmed, deletes the account, the page goes back to
+    the login screen, logging in fails and the username can be registered again."""
+    url = server.url
+    name = await create_user(url)
+    page = await new_page("deleter", http_errors=REVOKED)  # the wrong password is a 401
+    await page.goto(url + "/")
+    await log_in(page, name)
+    await open_panel(page)
+    asked: list[str] = []
+
+    async def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    await page.get_by_test_id("delete-password").fill("not my password")
+    await page.get_by_test_id("delete-submit").click()
+    await expect(page.get_by_test_id("delete-error")).to_have_text("Your password is wrong.")
+    await shot(page, shots, "26-delete-account-wrong-password")
+    await page.get_by_test_id("delete-password").fill(PASSWORD)
+    await page.get_by_test_id("delete-submit").click()
+    await expect(page.get_by_test_id("auth-screen")).to_be_visible()
+    assert await page.evaluate("localStorage.getItem('im.session')") is None
+    assert asked == ["Delete your account for good? This cannot be undone."] * 2
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        r = await http.post("/v1/sessions", json={"username": name, "password": PASSWORD})
+        assert r.status_code == 401, r.text
+        r = await http.post("/v1/users", json={"username": name, "password": PASSWORD})
+        assert r.status_code == 201, r.text  # the name is free again
