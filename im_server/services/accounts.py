@@ -290,6 +290,28 @@ async def do_logout_everywhere(ctx: Context, user_id: int) -> None:
     _revoked(ctx, revoked)
 
 
+async def confirm_password(
+    ctx: Context, user_id: int, password: str, client_host: str | None
+) -> store.UserRow:
+    """The signed-in user's own password, checked like a login (throttled, a wrong one
+    counted as a failed login): the user's row, or ``unauthorized``."""
+    async with ctx.db.connect() as conn:
+        user = await store.user_by_id(conn, user_id)
+    if user is None or user.deleted:
+        raise ImError("unauthorized", "user is gone")
+    attempt = await login_throttle.begin(ctx, username_key(user.username), client_host)
+    try:
+        ok = len(password) <= 256 and await verify_password(ctx, user.password_hash, password)
+    except Exception:
+        await login_throttle.give_back(ctx, attempt)
+        raise
+    if not ok:
+        metrics.LOGINS.labels("refused").inc()
+        raise ImError("unauthorized", "wrong password")
+    await login_throttle.succeeded(ctx, attempt)
+    return user
+
+
 async def do_change_password(
     ctx: Context,
     user_id: int,
@@ -304,22 +326,7 @@ async def do_change_password(
     if not isinstance(old_password, str):
         raise bad_request("old_password: a string")
     check_text(old_password, "old_password")
-    async with ctx.db.connect() as conn:
-        user = await store.user_by_id(conn, user_id)
-    if user is None or user.deleted:
-        raise ImError("unauthorized", "user is gone")
-    attempt = await login_throttle.begin(ctx, username_key(user.username), client_host)
-    try:
-        ok = len(old_password) <= 256 and await verify_password(
-            ctx, user.password_hash, old_password
-        )
-    except Exception:
-        await login_throttle.give_back(ctx, attempt)
-        raise
-    if not ok:
-        metrics.LOGINS.labels("refused").inc()
-        raise ImError("unauthorized", "wrong password")
-    await login_throttle.succeeded(ctx, attempt)
+    user = await confirm_password(ctx, user_id, old_password, client_host)
     hashed = await asyncio.to_thread(_ph(ctx).hash, new)
     async with ctx.db.begin() as conn:
         if await store.lock_user(conn, user_id) != user.password_hash:

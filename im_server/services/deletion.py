@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import logging
 
-from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text
 from im_server.ids import single_conv_id
-from im_server.names import username_key
-from im_server.services import groups, login_throttle, notify, permissions
-from im_server.services.accounts import revoked, verify_password
+from im_server.services import groups, notify, permissions
+from im_server.services.accounts import confirm_password, revoked
 from im_server.storage import accounts as store
 from im_server.storage import contacts, conversations
 from im_server.storage.db import now_ms
@@ -45,20 +43,7 @@ async def do_delete_account(
     if not isinstance(password, str) or len(password) > 256:
         raise bad_request("password: a string of at most 256 characters")
     check_text(password, "password")
-    async with ctx.db.connect() as conn:
-        user = await store.user_by_id(conn, user_id)
-    if user is None or user.deleted:
-        raise ImError("unauthorized", "user is gone")
-    attempt = await login_throttle.begin(ctx, username_key(user.username), client_host)
-    try:
-        ok = await verify_password(ctx, user.password_hash, password)
-    except Exception:
-        await login_throttle.give_back(ctx, attempt)
-        raise
-    if not ok:
-        metrics.LOGINS.labels("refused").inc()
-        raise ImError("unauthorized", "wrong password")
-    await login_throttle.succeeded(ctx, attempt)
+    user = await confirm_password(ctx, user_id, password, client_host)
     async with ctx.db.begin() as conn:
         if await store.lock_user(conn, user_id) != user.password_hash:
             raise ImError("conflict", "the password was changed meanwhile")
