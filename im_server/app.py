@@ -29,6 +29,7 @@ from im_server.api import (
     push,
     sync,
 )
+from im_server.api import search as search_api
 from im_server.api import uploads as uploads_api
 from im_server.api.parsing import validation_status
 from im_server.config import Settings, load_settings
@@ -298,6 +299,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         protocol.router,
         push.router,
         uploads_api.router,
+        search_api.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():

@@ -175,6 +175,13 @@ class HistoryPage(Answer):
     is_end: bool
 
 
+class SearchPage(Answer):
+    results: list[Message] = Field(description="newest first")
+    next_before: str | None = Field(
+        description="opaque: pass as before for the next page; null at the end"
+    )
+
+
 class ReadResult(Answer):
     conv_id: ConvId
     read_seq: Seq = Field(description="my cursor after the call")

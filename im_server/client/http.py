@@ -383,6 +383,28 @@ class Client:
         params = {"begin": begin, "end": end, "limit": limit, "order": order}
         return await self._obj("GET", conv_path(conv_id) + "/messages", params=params)
 
+    async def search(
+        self,
+        q: str,
+        conv_id: str | None = None,
+        limit: int | None = None,
+        before: str | None = None,
+    ) -> JsonObject:
+        """One page of ``GET /v1/search``: ``{results, next_before}``, newest first."""
+        params = {"q": q, "conv_id": conv_id, "limit": limit, "before": before}
+        return await self._obj("GET", "/v1/search", params=params)
+
+    async def search_all(self, q: str, conv_id: str | None = None) -> list[JsonObject]:
+        """Every result of a search, page after page."""
+        out: list[JsonObject] = []
+        before: str | None = None
+        while True:
+            page = await self.search(q, conv_id, limit=100, before=before)
+            out.extend(page["results"])
+            before = page["next_before"]
+            if before is None:
+                return out
+
     async def send_rest(
         self,
         conv_id: str,

@@ -13,6 +13,8 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from im_server.search_text import message_document
+
 
 @dataclass(frozen=True, slots=True)
 class Edit:
@@ -27,8 +29,9 @@ class Edit:
 
 
 _APPLY = (
-    "UPDATE messages m SET content = CAST(x.b AS jsonb), edited_at = x.ts, edit_seq = x.es "
-    "FROM unnest({c}, {q}, {b}, {ts}, {es}) AS x(c, q, b, ts, es) "
+    "UPDATE messages m SET content = CAST(x.b AS jsonb), edited_at = x.ts, edit_seq = x.es, "
+    "search = CAST(x.d AS tsvector) "
+    "FROM unnest({c}, {q}, {b}, {ts}, {es}, {d}) AS x(c, q, b, ts, es, d) "
     "WHERE m.conv_id = x.c AND m.seq = x.q AND NOT m.recalled "
     "AND (m.edit_seq IS NULL OR m.edit_seq < x.es)"
 )
@@ -38,9 +41,15 @@ _APPLY_SA = _APPLY.format(
     b="CAST(:b AS text[])",
     ts="CAST(:ts AS bigint[])",
     es="CAST(:es AS bigint[])",
+    d="CAST(:d AS text[])",
 )
 _APPLY_PG = _APPLY.format(
-    c="$1::text[]", q="$2::bigint[]", b="$3::text[]", ts="$4::bigint[]", es="$5::bigint[]"
+    c="$1::text[]",
+    q="$2::bigint[]",
+    b="$3::text[]",
+    ts="$4::bigint[]",
+    es="$5::bigint[]",
+    d="$6::text[]",
 )
 
 
@@ -55,21 +64,25 @@ def newest(edits: Iterable[Edit]) -> list[Edit]:
     return [best[k] for k in sorted(best)]
 
 
-def _columns(edits: list[Edit]) -> tuple[list[str], list[int], list[str], list[int], list[int]]:
+def _columns(
+    edits: list[Edit],
+) -> tuple[list[str], list[int], list[str], list[int], list[int], list[str | None]]:
+    """The statement's arrays; the last one: the new content's search tokens."""
     return (
         [e.conv_id for e in edits],
         [e.seq for e in edits],
         [e.content_json for e in edits],
         [e.edited_at for e in edits],
         [e.edit_seq for e in edits],
+        [message_document(e.content_json) for e in edits],
     )
 
 
 async def apply(conn: AsyncConnection, edits: Iterable[Edit]) -> None:
     todo = newest(edits)
     if todo:
-        c, q, b, ts, es = _columns(todo)
-        await conn.execute(text(_APPLY_SA), {"c": c, "q": q, "b": b, "ts": ts, "es": es})
+        c, q, b, ts, es, d = _columns(todo)
+        await conn.execute(text(_APPLY_SA), {"c": c, "q": q, "b": b, "ts": ts, "es": es, "d": d})
 
 
 async def apply_pg(conn: asyncpg.Connection, edits: Iterable[Edit]) -> None:

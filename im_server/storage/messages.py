@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from im_server.protocol.types import MAX_INT64, SERVER_CONTENT_TYPES
+from im_server.search_text import message_document
 from im_server.storage.conversations import MESSAGE_COLUMNS, message_dict
 
 
@@ -46,7 +47,8 @@ class Persisted(NamedTuple):
 # in the same commit: a stored message is never left unpushed by a crash. Only in
 # conversations where some member holds a push registration (once per conversation of
 # the batch): elsewhere nobody could get a push, and the pusher's work per row is what
-# push costs the send path. A picture or file message gets its message_uploads row (the
+# push costs the send path. Each message's search tokens (made in Python, see
+# im_server/search_text.py) go in with it. A picture or file message gets its message_uploads row (the
 # access rule) and marks its upload sent (the clean-up spares it), in the same commit.
 _NOT_PUSHED = sorted(SERVER_CONTENT_TYPES)
 _PERSIST = """
@@ -54,8 +56,9 @@ WITH ver AS (
     UPDATE sync_version SET version = version + 1 WHERE id = 1 RETURNING version
 ), x AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-                         $7::bigint[], $8::boolean[], $13::text[], $14::boolean[], $15::bigint[])
-           WITH ORDINALITY AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt, i)
+                         $7::bigint[], $8::boolean[], $13::text[], $14::boolean[], $15::bigint[],
+                         $18::text[])
+           WITH ORDINALITY AS x(c, q, s, m, t, b, ts, rc, mn, ma, rt, sv, i)
 ), dd AS (
     INSERT INTO message_dedupe (sender_id, client_msg_id, conv_id, seq, server_time)
     SELECT s, m, c, q, ts FROM x ORDER BY i
@@ -63,8 +66,9 @@ WITH ver AS (
     RETURNING conv_id, seq
 ), ins AS (
     INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content, server_time, recalled,
-                          mentions, mention_all, reply_to)
-    SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc, mn::bigint[], ma, rt
+                          mentions, mention_all, reply_to, search)
+    SELECT c, q, s, m, t, CASE WHEN rc THEN NULL ELSE b::jsonb END, ts, rc, mn::bigint[], ma, rt,
+           CASE WHEN rc THEN NULL ELSE sv::tsvector END
       FROM x WHERE (c, q) IN (SELECT conv_id, seq FROM dd)
     ON CONFLICT DO NOTHING
     RETURNING conv_id, seq, content_type, recalled, content ->> 'upload_id' AS upload_id
@@ -92,7 +96,7 @@ WITH ver AS (
     ON CONFLICT DO NOTHING
     RETURNING 1
 ), blank AS (
-    UPDATE messages m SET content = NULL, recalled = true
+    UPDATE messages m SET content = NULL, recalled = true, search = NULL
       FROM unnest($9::text[], $10::bigint[]) AS r(c, q)
      WHERE m.conv_id = r.c AND m.seq = r.q
 ), conv AS (
@@ -105,6 +109,13 @@ WITH ver AS (
 )
 SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins), (SELECT count(*) FROM push)
 """
+
+
+def search_document(m: NewMessage) -> str | None:
+    """The message's search tokens (``messages.search``): none for a notice."""
+    if m.content_type in SERVER_CONTENT_TYPES:
+        return None
+    return message_document(m.content_json)
 
 
 async def persist_batch(
@@ -142,6 +153,7 @@ async def persist_batch(
         [m.reply_to for m in batch],
         push,
         _NOT_PUSHED,
+        [search_document(m) for m in batch],
     )
     assert row is not None
     return Persisted(int(row[0]), int(row[1]), int(row[2]))
@@ -215,7 +227,7 @@ async def blank_recalled(conn: AsyncConnection, targets: list[tuple[str, int]]) 
         return
     await conn.execute(
         text(
-            "UPDATE messages m SET content = NULL, recalled = true FROM unnest(CAST(:c AS text[]), "
+            "UPDATE messages m SET content = NULL, recalled = true, search = NULL FROM unnest(CAST(:c AS text[]), "
             "CAST(:q AS bigint[])) AS x(c, q) WHERE m.conv_id = x.c AND m.seq = x.q"
         ),
         {"c": [t[0] for t in targets], "q": [t[1] for t in targets]},
