@@ -8,6 +8,9 @@
   partial (only rows that have tokens) and leads with ``conv_id`` (``btree_gin``), so a
   search in one of my conversations intersects that conversation's entries with the
   query's tokens inside one index scan instead of reading every conversation's matches.
+- ``messages_search_time`` (per partition ``messages_pNN_search_time``) on ``(conv_id,
+  server_time, seq)``, same rows: a conversation where the query is common is read newest
+  first through it, a few rows per result, instead of reading every match.
 - ``fastupdate`` is off: a search never scans a pending list, and the persister pays
   for the index entries in its batch (measured in ``benchmarks/search.py``).
 
@@ -30,6 +33,7 @@ branch_labels = None
 depends_on = None
 
 PARTITIONS = 16
+_TIME_COLUMNS = "(conv_id, server_time, seq) WHERE search IS NOT NULL"
 _BATCH = 2000
 
 
@@ -77,9 +81,15 @@ def upgrade() -> None:
             "WITH (fastupdate = off) WHERE search IS NOT NULL"
         )
         op.execute(f"ALTER INDEX messages_search ATTACH PARTITION {p}_search")
+    op.execute(f"CREATE INDEX messages_search_time ON ONLY messages {_TIME_COLUMNS}")
+    for i in range(PARTITIONS):
+        p = f"messages_p{i:02d}"
+        op.execute(f"CREATE INDEX {p}_search_time ON {p} {_TIME_COLUMNS}")
+        op.execute(f"ALTER INDEX messages_search_time ATTACH PARTITION {p}_search_time")
     op.execute("ANALYZE messages")
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX IF EXISTS messages_search_time")
     op.execute("DROP INDEX IF EXISTS messages_search")
     op.execute("ALTER TABLE messages DROP COLUMN IF EXISTS search")
