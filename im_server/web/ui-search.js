@@ -107,7 +107,7 @@ export class SearchView {
   async search() {
     const q = this.input.value.trim();
     if (!q) return;
-    if (this.state && this.state.q === q && !this.state.error) return; // the same words
+    if (this.state && this.state.q === q && this.state.loading) return; // on its way already
     this.state = { q, words: terms(q), results: [], next: null, loading: true, error: null, picked: null };
     this.render();
     await this.fetchPage(null);
