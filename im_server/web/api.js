@@ -120,6 +120,14 @@ export class Api {
   createUpload(contentType, size, filename) {
     return this.post('/v1/uploads', { content_type: contentType, size, filename });
   }
+  // search: messages I can see containing q, newest first; next_before pages on
+  search(q, { convId, limit, before, signal } = {}) {
+    const p = new URLSearchParams({ q });
+    if (convId) p.set('conv_id', convId);
+    if (limit != null) p.set('limit', limit);
+    if (before) p.set('before', before);
+    return this.get(`/v1/search?${p}`, { signal });
+  }
   presence(userIds) { return this.get(`/v1/presence?user_ids=${userIds.join(',')}`); }
   receipts(convId, seq) { return this.get(`/v1/conversations/${encodeURIComponent(convId)}/messages/${seq}/receipts`); }
   sync(since, { wait = 0, recent = 20, limit = 100, signal } = {}) {

@@ -19,6 +19,8 @@ const ACK_TIMEOUT_MS = 8000;
 const PRESENCE_BATCH = 200;    // ids per GET /v1/presence
 const MAX_MENTIONS = 100;
 const QUOTE_RETRY_MS = 10000;  // a quote whose read failed is read again after this
+const SEARCH_PAGE = 20;
+const REVEAL_MARGIN = 10;      // a message jumped to is held with a few older ones above it
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -262,6 +264,52 @@ export class Engine {
       c.loadingOlder = false;
       this.store.changed('messages', c.id);
     }
+  }
+
+  /**
+   * Make the held segment reach a message (a search hit, maybe far back): pull the gap
+   * up to it when it is newer than the held ones, else page older history down to it.
+   * True when the message is held afterwards (false: outside my window, or gone).
+   */
+  async reveal(c, seq) {
+    if (!Number.isInteger(seq) || seq < 1) return false;
+    const session = this.store.session;
+    if (!c.segment) c.startSegment(Math.max(seq - REVEAL_MARGIN, c.minSeq));
+    if (seq > c.top) {
+      if (seq > c.maxSeq) c.maxSeq = seq; // persisted: search found it
+      await this.pullGap(c);
+    }
+    const want = Math.max(c.minSeq, seq - REVEAL_MARGIN);
+    while (this.running && session === this.store.session && c.floor > want && !c.olderEnd) {
+      if (c.loadingOlder) { await sleep(50); continue; } // a scroll-up page is on its way
+      c.loadingOlder = true;
+      this.store.changed('messages', c.id);
+      try {
+        const end = c.floor - 1;
+        const begin = Math.max(want, end - PAGE + 1);
+        const ans = await this.api.history(c.id, { begin, end, limit: PAGE, order: 'desc' });
+        c.setWindow(ans.min_seq, null);
+        c.add(ans.messages || []);
+        this.refetchStale(c);
+        c.floor = Math.min(c.floor, Math.max(ans.min_seq, begin));
+        c.advance();
+        if (c.floor <= c.minSeq) c.olderEnd = true;
+      } finally {
+        c.loadingOlder = false;
+        this.store.changed('messages', c.id);
+      }
+    }
+    const m = c.msgs.get(seq);
+    return !!m && !m.recalled;
+  }
+
+  // ---- search --------------------------------------------------------------------
+
+  /** One page of the messages I can see containing q, newest first: {results, next}. */
+  async search(q, { before = null, signal } = {}) {
+    const ans = await this.api.search(q, { before, limit: SEARCH_PAGE, signal });
+    const results = (ans && ans.results) || [];
+    return { results, next: (ans && ans.next_before) || null };
   }
 
   // ---- cursors -------------------------------------------------------------------

@@ -10,6 +10,7 @@ import { ListView } from './ui-list.js';
 import { ChatView } from './ui-chat.js';
 import { Dialogs } from './ui-dialogs.js';
 import { SessionsDialog } from './ui-sessions.js';
+import { SearchView } from './ui-search.js';
 
 const SESSION_KEY = 'im.session';
 const DEVICE_KEY = 'im.device';
@@ -120,7 +121,12 @@ function endSession(message) {
   api.onUnauthorized = null;
   localStorage.removeItem(SESSION_KEY);
   store.reset();
-  if (views) { views.chat.convId = null; views.dialogs.panelOpen = false; }
+  if (views) {
+    views.chat.convId = null;
+    views.chat.focusOn(null);
+    views.dialogs.panelOpen = false;
+    views.search.close(true);
+  }
   for (const d of document.querySelectorAll('dialog[open]')) d.close();
   showAuth(message);
 }
@@ -154,6 +160,22 @@ function openConv(convId, { wait = false } = {}) {
   engine.open(convId);
 }
 
+/** A search result: open its conversation at that message (older history loaded as needed). */
+async function jumpTo(convId, seq) {
+  if (!engine) return;
+  const c = store.conv(convId, false);
+  if (!c || !c.known) { toast('That conversation is not available'); return; }
+  openConv(convId);
+  views.chat.focusOn(convId, seq);
+  try {
+    const held = await engine.reveal(c, seq);
+    if (!held && store.openId === convId) { views.chat.focusOn(null); toast('That message is no longer available'); }
+  } catch (e) {
+    views.chat.focusOn(null);
+    toast(`Could not load the message: ${e.message}`);
+  }
+}
+
 function makeViews() {
   // the views outlive a session's engine: they reach the current one through this proxy
   const current = new Proxy({}, {
@@ -163,6 +185,7 @@ function makeViews() {
   v.list = new ListView(store, current, { onOpen: openConv, toast });
   v.dialogs = new Dialogs(store, current, { onOpen: openConv, toast });
   v.sessions = new SessionsDialog(store, api, { onLoggedOut: leave });
+  v.search = new SearchView(store, current, { onJump: jumpTo, toast });
   v.chat = new ChatView(store, current, {
     onClose: () => { views.dialogs.panelOpen = false; engine.open(null); },
     onGroupInfo: () => views.dialogs.toggleGroupPanel(),
@@ -186,6 +209,7 @@ function render() {
   views.list.renderRequests();
   views.list.render();
   views.chat.render();
+  views.search.render();
   views.dialogs.renderPanel();
   renderBanner();
 }

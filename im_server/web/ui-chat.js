@@ -36,6 +36,8 @@ export class ChatView {
     this.picks = new Map();   // name -> user id (or 'all') chosen in the autocomplete
     this.pickerFor = null;    // the row key whose reaction picker is open
     this.busy = new Set();    // reaction toggles in flight
+    this.focus = null;        // {convId, seq}: a message to scroll to once its row is there
+    this.focusTimer = null;
     this.pop = $('#mention-pop');
     this.attach = new Attachments(engine, toast);
     this.wireFiles();
@@ -377,6 +379,24 @@ export class ChatView {
     }
   }
 
+  /** Scroll to a message and highlight it briefly, as soon as its row is rendered. */
+  focusOn(convId, seq) {
+    this.focus = convId && Number.isInteger(seq) ? { convId, seq } : null;
+    if (this.focus && this.store.open) this.render();
+  }
+
+  showFocus(c) {
+    if (!this.focus || this.focus.convId !== c.id) return;
+    const row = this.timelineEl.querySelector(`.msg[data-seq="${this.focus.seq}"]`);
+    if (!row) return;
+    this.focus = null;
+    for (const el of this.timelineEl.querySelectorAll('.msg.found')) el.classList.remove('found');
+    row.scrollIntoView({ block: 'center' });
+    row.classList.add('found');
+    clearTimeout(this.focusTimer);
+    this.focusTimer = setTimeout(() => row.classList.remove('found'), 4000);
+  }
+
   render() {
     const c = this.store.open;
     $('#chat-empty').hidden = !!c;
@@ -385,6 +405,7 @@ export class ChatView {
     if (!c) { this.convId = null; return; }
     const switched = this.convId !== c.id;
     if (switched) {
+      if (this.focus && this.focus.convId !== c.id) this.focus = null;
       this.convId = c.id;
       this.rows.clear();
       this.timelineEl.replaceChildren();
@@ -533,6 +554,7 @@ export class ChatView {
 
     if (stick) sc.scrollTop = sc.scrollHeight;
     else if (anchor && anchor.isConnected) sc.scrollTop += anchor.offsetTop - anchorTop;
+    this.showFocus(c);
   }
 
   build(it) {
