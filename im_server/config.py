@@ -177,6 +177,9 @@ class Settings(BaseSettings):
     # member changes of groups, per user (per process)
     rate_members_per_s: float = 2.0
     rate_members_burst: float = 10.0
+    # searches per user (each costs a few to some tens of ms of PostgreSQL)
+    rate_search_per_s: float = 10.0
+    rate_search_burst: float = 50.0
 
     # presence: each process lists itself every `presence_beat_seconds`; its users count
     # as online until `presence_node_ttl_seconds` after its last beat (a process that died

@@ -43,6 +43,8 @@ MAX_POSITIONS = 16383
 
 
 def _fold(text: str) -> str:
+    if text.isascii():  # NFKC leaves ASCII as it is; casefold is lower there
+        return text.lower()
     return unicodedata.normalize("NFKC", text).casefold()
 
 
@@ -63,21 +65,16 @@ def document(text: str) -> str | None:
     """The ``tsvector`` literal of ``text`` (None when it has no token)."""
     positions: dict[str, list[int]] = {}
     pos = 1
-    for m in _PIECES.finditer(_fold(text)):
-        run, word = m.group(1), m.group(2)
-        if word is not None:
-            if pos > MAX_POSITIONS:
-                break
+    for run, word in _PIECES.findall(_fold(text)):
+        if pos > MAX_POSITIONS:
+            break
+        if word:
             positions.setdefault(_plain(word), []).append(pos)
             pos += 1
             continue
-        for i in range(len(run)):
-            if pos > MAX_POSITIONS:
-                break
-            positions.setdefault(run[i : i + 2], []).append(pos)
-            pos += 1
-        if pos > MAX_POSITIONS:
-            break
+        for i in range(min(len(run), MAX_POSITIONS + 1 - pos)):
+            positions.setdefault(run[i : i + 2], []).append(pos + i)
+        pos += len(run)
     if not positions:
         return None
     # PostgreSQL keeps at most 256 positions per token; the rest only costs parsing

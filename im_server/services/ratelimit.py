@@ -1,5 +1,5 @@
-"""Per-user rate limits (token buckets) on sends, read reports, typing and member
-changes. Kept in process memory: a user's connections usually land on one process, and
+"""Per-user rate limits (token buckets) on sends, read reports, typing, member changes
+and searches. Kept in process memory: a user's connections usually land on one process, and
 a check that costs a store round trip on every frame would cost more than the abuse it
 stops. With N processes a user can reach at most N times the rate."""
 
@@ -49,6 +49,7 @@ class RateLimits:
     read: Buckets
     typing: Buckets
     members: Buckets
+    search: Buckets
 
     @classmethod
     def from_settings(cls, s: Settings) -> RateLimits:
@@ -57,4 +58,5 @@ class RateLimits:
             read=Buckets(s.rate_read_per_s, s.rate_read_burst),
             typing=Buckets(s.rate_typing_per_s, s.rate_typing_burst),
             members=Buckets(s.rate_members_per_s, s.rate_members_burst),
+            search=Buckets(s.rate_search_per_s, s.rate_search_burst),
         )

@@ -60,6 +60,7 @@ async def search(
     before: str | None,
 ) -> dict[str, Any]:
     tsquery = check_query(q)
+    ctx.rate.search.check(user_id, "searches")
     position = decode_cursor(before) if before is not None else None
     async with ctx.db.connect() as conn:
         if ref is not None:

@@ -1,4 +1,4 @@
-"""Per-user rate limits on sends, read reports and typing, and the cap on WebSockets per
+"""Per-user rate limits on sends, read reports, typing and searches, and the cap on WebSockets per
 user, against a dedicated server started with low limits. A refused request is answered
 (``rate_limited``), takes no seq, moves no cursor, and never costs the connection."""
 
@@ -20,6 +20,7 @@ SEND_PER_S, SEND_BURST = 5, 10
 READ_PER_S, READ_BURST = 5, 10
 TYPING_PER_S, TYPING_BURST = 1, 2
 MEMBERS_PER_S, MEMBERS_BURST = 0.2, 3
+SEARCH_PER_S, SEARCH_BURST = 0.5, 4
 MAX_CONNS = 3
 
 LIMITS = {
@@ -31,6 +32,8 @@ LIMITS = {
     "IM_RATE_TYPING_BURST": str(TYPING_BURST),
     "IM_RATE_MEMBERS_PER_S": str(MEMBERS_PER_S),
     "IM_RATE_MEMBERS_BURST": str(MEMBERS_BURST),
+    "IM_RATE_SEARCH_PER_S": str(SEARCH_PER_S),
+    "IM_RATE_SEARCH_BURST": str(SEARCH_BURST),
     "IM_MAX_CONNECTIONS_PER_USER": str(MAX_CONNS),
 }
 
@@ -236,6 +239,26 @@ async def test_member_changes_are_limited(limited: ServerProcess) -> None:
     assert int(ids[2]) not in {m["user_id"] for m in await owner.members(gid)}
     for c in (owner, *others):
         await c.aclose()
+
+
+async def test_searches_are_limited_per_user(duo: tuple[Client, Client, str]) -> None:
+    a, b, conv = duo
+    answers = []
+    for _ in range(SEARCH_BURST + 2):
+        try:
+            answers.append(len((await a.search("hello"))["results"]))
+        except ApiError as e:
+            answers.append((e.status, e.code))
+    assert answers[:SEARCH_BURST] == [0] * SEARCH_BURST, answers
+    assert answers[SEARCH_BURST:] == [(429, "rate_limited")] * 2, answers
+    # another user's bucket is its own; bad input is refused before it counts
+    assert (await b.search("hello"))["results"] == []
+    with pytest.raises(ApiError) as ei:
+        await a.search("   ")
+    assert (ei.value.status, ei.value.code) == (400, "bad_request")
+    # tokens come back with time
+    await asyncio.sleep(1 / SEARCH_PER_S + 0.2)
+    assert (await a.search("hello"))["results"] == []
 
 
 async def test_connection_cap_per_user(limited: ServerProcess) -> None:
