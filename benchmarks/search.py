@@ -263,7 +263,12 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace, corpus: Corpus
         u,
     )
     index_bytes = await pg.fetchval(
-        "SELECT sum(pg_relation_size(c.oid))::bigint FROM pg_class c WHERE c.relname ~ '^messages_p\\d\\d_search$'"
+        "SELECT sum(pg_relation_size(c.oid))::bigint FROM pg_class c "
+        "WHERE c.relname ~ '^messages_p\\d\\d_search$'"
+    )
+    time_index_bytes = await pg.fetchval(
+        "SELECT sum(pg_relation_size(c.oid))::bigint FROM pg_class c "
+        "WHERE c.relname ~ '^messages_p\\d\\d_search_time$'"
     )
     column_bytes = await pg.fetchval("SELECT sum(pg_column_size(search))::bigint FROM messages")
     table_bytes = await pg.fetchval(
@@ -284,6 +289,7 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace, corpus: Corpus
         "vacuum_analyze_s": round(vacuum_s, 1),
         "index_mb": round(index_bytes / 2**20, 1),
         "index_mb_per_million": round(index_bytes / 2**20 / n_msgs * 1e6, 1),
+        "time_index_mb_per_million": round(time_index_bytes / 2**20 / n_msgs * 1e6, 1),
         "column_mb_per_million": round(column_bytes / 2**20 / n_msgs * 1e6, 1),
         "messages_total_mb": round(table_bytes / 2**20, 1),
         "sample_cn": sample_cn,
@@ -373,13 +379,7 @@ async def time_search(
                         t = time.perf_counter()
                         await conn.execute(text(_BASELINE), {"u": u, "q": q})
                         base[q].append((time.perf_counter() - t) * 1000)
-            plan = "\n".join(
-                r[0]
-                for r in await conn.execute(
-                    text("EXPLAIN (ANALYZE, BUFFERS) " + search_store._ALL),
-                    {"u": u, "q": tq[qs[2][2]], "bt": 2**63 - 1, "bc": "", "bq": 0, "n": 21},
-                )
-            )
+            plans = await explain(conn, u, str(tq[qs[0][2]]), str(tq[qs[4][2]]))
     finally:
         await engine.dispose()
     rows = []
@@ -416,7 +416,37 @@ async def time_search(
         else None
     )
     out["queries"] = rows
-    out["plan_rank100"] = plan
+    out["plans"] = plans
+    return out
+
+
+async def explain(conn: Any, u: int, common: str, rare: str) -> dict[str, str]:
+    """EXPLAIN ANALYZE of the two ways a conversation is read, over all of U's
+    conversations: in time order (first round, the common word) and through the GIN
+    index (the rare word)."""
+    wins = await search_store.windows(conn, u, None)
+    arrays = {
+        "c": [w.conv_id for w in wins],
+        "lo": [w.lo for w in wins],
+        "hi": [w.hi for w in wins],
+        "bt": [2**63 - 1] * len(wins),
+        "bq": [0] * len(wins),
+    }
+    out = {}
+    for name, sql, params in (
+        (
+            "time_order_common_word",
+            search_store._RECENT,
+            {**arrays, "q": common, "budget": search_store.FIRST_BUDGET},
+        ),
+        (
+            "gin_rare_word",
+            search_store._SPARSE,
+            {**arrays, "q": rare, "cap": search_store.DENSE_AT},
+        ),
+    ):
+        r = await conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params)
+        out[name] = "\n".join(row[0] for row in r)
     return out
 
 
@@ -554,7 +584,8 @@ def print_table(res: dict[str, Any]) -> None:
         )
     )
     console.print(
-        f"index: {d['index_mb']} MB ({d['index_mb_per_million']} MB per million messages); "
+        f"GIN index: {d['index_mb']} MB ({d['index_mb_per_million']} MB per million messages); "
+        f"time-order index {d['time_index_mb_per_million']} MB per million; "
         f"search column {d['column_mb_per_million']} MB per million; messages with all indexes "
         f"{d['messages_total_mb']} MB; index build {d['index_build_s']} s"
     )

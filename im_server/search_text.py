@@ -57,28 +57,27 @@ def _plain(word: str) -> str:
 
 
 def _quote(token: str) -> str:
-    # tokens hold word characters only, never a quote or a backslash
+    # tokens hold word characters only, never a quote or a backslash (nor does
+    # :func:`document`'s literal need escaping)
     return "'" + token + "'"
 
 
 def document(text: str) -> str | None:
-    """The ``tsvector`` literal of ``text`` (None when it has no token)."""
-    positions: dict[str, list[int]] = {}
+    """The ``tsvector`` literal of ``text`` (None when it has no token): one ``'token':pos``
+    per occurrence; PostgreSQL merges a repeated token's positions as it reads them."""
+    parts: list[str] = []
     pos = 1
     for run, word in _PIECES.findall(_fold(text)):
         if pos > MAX_POSITIONS:
             break
         if word:
-            positions.setdefault(_plain(word), []).append(pos)
+            parts.append(f"'{_plain(word)}':{pos}")
             pos += 1
             continue
         for i in range(min(len(run), MAX_POSITIONS + 1 - pos)):
-            positions.setdefault(run[i : i + 2], []).append(pos + i)
+            parts.append(f"'{run[i : i + 2]}':{pos + i}")
         pos += len(run)
-    if not positions:
-        return None
-    # PostgreSQL keeps at most 256 positions per token; the rest only costs parsing
-    return " ".join(_quote(t) + ":" + ",".join(map(str, p[:256])) for t, p in positions.items())
+    return " ".join(parts) if parts else None
 
 
 def searchable_text(content: Any) -> str | None:
