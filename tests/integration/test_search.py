@@ -210,6 +210,12 @@ async def test_a_file_is_found_by_its_name(make: Make) -> None:
         assert await _seqs(b, q) == [seq], q
     assert await _seqs(b, "numbers") == []  # the bytes are not indexed
     assert (await b.search("quarterly"))["results"][0] == m
+    # a caption edit keeps the name, and the name keeps finding it
+    await a.edit(conv, seq, {"upload_id": upload_id, "caption": "see the totals"})
+    [m] = (await b.history(conv, seq, seq))["messages"]
+    assert m["content"]["name"] == "Quarterly-Résumé_2026.txt" and m["content"]["caption"]
+    await eventually(lambda: _first_is(b, "quarterly", m))
+    assert await _seqs(b, "resume") == [seq]
 
 
 # -- windows -------------------------------------------------------------------------------------
@@ -320,6 +326,10 @@ async def test_recalled_messages_are_never_found(make: Make) -> None:
     for who, convs in ((own, [conv, group]), (peer, [conv]), (member, [group])):
         await _expect_as_history(who, tag, convs)
     assert await _seqs(own, tag) == [s3, keep]
+
+
+async def _first_is(c: Client, q: str, m: dict[str, Any]) -> bool:
+    return (await c.search_all(q))[:1] == [m]
 
 
 async def _seqs_is(c: Client, q: str, want: list[int]) -> bool:
