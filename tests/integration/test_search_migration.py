@@ -13,6 +13,7 @@ import orjson
 from im_server.runtime.embedded import start_postgres
 from im_server.search_text import message_document, query
 from im_server.storage import search as search_store
+from im_server.storage.search import Position
 from tests.integration.test_messages_partitioned import PARTITIONS, dsn, migrate, sa_engine
 
 CONVS = ["s:1:2", "g:7", "s:2:3"]
@@ -142,6 +143,23 @@ async def test_0015_backfills_search_tokens(tmp_path: Path) -> None:
                 ("g:7", 1089),
             ]
             assert len(await seqs(1, "filler")) == 50
+
+            # paging where two conversations share every server_time: (time, conv, seq)
+            tsq = query("filler 10")
+            assert tsq is not None
+            pages: list[list[tuple[str, int]]] = []
+            before: Position | None = None
+            while True:
+                found = await search_store.search(conn, 3, tsq, 7, before=before)
+                pages.append([(m["conv_id"], m["seq"]) for m in found])
+                if len(found) < 7:
+                    break
+                last = found[-1]
+                before = Position(last["server_time"], last["conv_id"], last["seq"])
+            flat = [k for p in pages for k in p]
+            tens = [s for s in range(1, ROWS_PER_CONV - 10) if str(s).startswith("10")]
+            want = [(c, s) for s in sorted(tens, reverse=True) for c in ("s:2:3", "g:7")]
+            assert flat == want
 
         # down: the column and the index go; up again: back
         await migrate(pgs, "0014", down=True)

@@ -196,3 +196,16 @@ def test_message_document() -> None:
     assert message_document("not json") is None
     assert message_document("null") is None
     assert message_document(orjson.dumps({"text": "?!"}).decode()) is None
+
+
+def test_notices_get_no_tokens_whatever_their_content() -> None:
+    from im_server.storage.messages import NewMessage, search_document
+
+    def m(ctype: str, content: object) -> NewMessage:
+        return NewMessage("g:1", 1, 1, "x", ctype, orjson.dumps(content).decode(), 1)
+
+    for ctype in ("system", "recall", "edit", "reaction"):
+        assert search_document(m(ctype, {"text": "hello", "name": "a.txt"})) is None, ctype
+    assert search_document(m("text", {"text": "hello"})) == "'hello':1"
+    assert search_document(m("file", {"upload_id": "u", "name": "a.txt"})) == "'a':1 'txt':2"
+    assert search_document(m("custom", {"text": "hi"})) == "'hi':1"
