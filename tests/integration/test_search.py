@@ -238,6 +238,9 @@ async def test_cleared_history_is_not_searched(make: Make) -> None:
     await b.clear(conv)
     assert await _expect_as_history(b, tag, [conv]) == []
     assert await _expect_as_history(a, tag, [conv]) == [s3]
+    # hiding a conversation is not clearing it: history and search keep it
+    await a.hide(conv)
+    assert await _expect_as_history(a, tag, [conv]) == [s3]
 
 
 async def test_group_windows_as_history(make: Make) -> None:
@@ -361,6 +364,10 @@ async def test_edited_messages_are_found_by_their_new_words(make: Make) -> None:
     # the edit notices (which carry the new content) are never found
     assert await _expect_as_history(a, tag, [conv]) == [s2, s1]
     assert await _expect_as_history(b, tag, [conv]) == [s2, s1]
+    # edited to nothing searchable: found by nothing
+    await a.edit(conv, s1, "?!")
+    await eventually(lambda: _seqs_is(a, "gamma", []))
+    assert await _expect_as_history(b, tag, [conv]) == [s2]
 
 
 async def test_notices_carry_no_search_tokens(make: Make, stores: Stores) -> None:
