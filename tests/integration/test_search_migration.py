@@ -158,8 +158,8 @@ async def test_0015_backfills_search_tokens(tmp_path: Path) -> None:
                 before = Position(last["server_time"], last["conv_id"], last["seq"])
             flat = [k for p in pages for k in p]
             tens = [s for s in range(1, ROWS_PER_CONV - 10) if str(s).startswith("10")]
-            want = [(c, s) for s in sorted(tens, reverse=True) for c in ("s:2:3", "g:7")]
-            assert flat == want
+            expected = [(c, s) for s in sorted(tens, reverse=True) for c in ("s:2:3", "g:7")]
+            assert flat == expected
 
         # down: the column and the index go; up again: back
         await migrate(pgs, "0014", down=True)
