@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
@@ -454,6 +455,67 @@ def conv_path(key: str, tail: str = "") -> Callable[[World], str]:
     return p
 
 
+def search_in(name: str, key: str | None, q: str = "g") -> Callable[[World], Awaitable[Any]]:
+    """GET /v1/search as ``name``: over all of its conversations (``key`` None) or one."""
+
+    def run(w: World) -> Awaitable[Any]:
+        params = {"q": q}
+        if key is not None:
+            params["conv_id"] = conv_path(key)(w).removeprefix("/v1/conversations/")
+        return w.users[name].request("GET", "/v1/search", params=params)
+
+    return run
+
+
+def _has_word_prefix(m: dict[str, Any], q: str) -> bool:
+    c = m.get("content") or {}
+    text = " ".join(str(c.get(k, "")) for k in ("text", "name")).casefold()
+    return any(word.startswith(q) for word in re.split(r"\W+", text))
+
+
+def search_as_history(
+    name: str, keys: list[str], q: str = "g", must: Callable[[World], set[int]] | None = None
+) -> Callable[[World, Any], Awaitable[None]]:
+    """The search page is exactly the messages ``name``'s history shows in ``keys`` whose
+    words start with ``q`` (no notice, nothing recalled), the same objects, newest first;
+    ``must``: seqs (of the first key's conversation) that have to be among them."""
+
+    async def ok(w: World, page: Any) -> None:
+        assert page["next_before"] is None, page
+        results = page["results"]
+        want: set[tuple[str, int]] = set()
+        for key in keys:
+            conv = getattr(w, key)
+            hist = {m["seq"]: m for m in (await w.users[name].history(conv, limit=500))["messages"]}
+            want |= {
+                (conv, s)
+                for s, m in hist.items()
+                if m["content_type"] in ("text", "file", "image")
+                and not m.get("recalled")
+                and _has_word_prefix(m, q)
+            }
+            for m in results:
+                if m["conv_id"] == conv:
+                    assert m == hist.get(m["seq"]), f"{name} found {m} outside its history"
+        assert want, f"{name}: nothing to find in {keys} for {q!r} (a useless cell)"
+        got = [(m["conv_id"], m["seq"]) for m in results]
+        assert set(got) == want and len(got) == len(want), f"{name} found {got}, not {want}"
+        times = [m["server_time"] for m in results]
+        assert times == sorted(times, reverse=True), times
+        if must is not None:
+            first = getattr(w, keys[0])
+            assert must(w) <= {s for c, s in got if c == first}, (must(w), got)
+
+    return ok
+
+
+def found_nothing(w: World, page: Any) -> Awaitable[None]:
+    async def ok() -> None:
+        assert page == {"results": [], "next_before": None}, page
+
+    return ok()
+
+
 def send_body(content_type: str = "text", content: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "client_msg_id": uuid.uuid4().hex,
@@ -483,6 +545,10 @@ def conv_cells(
     then = unchanged_in(writes_check) if writes_check else None
     return [
         Case(actor, f"GET history {label}", R(actor, "GET", conv_path(key, "/messages")), expect),
+        Case(actor, f"GET search conv_id={label}", search_in(actor, key), expect),
+        Case(
+            actor, f"GET search conv_id={label}, q punctuation", search_in(actor, key, "?!"), expect
+        ),
         Case(
             actor,
             f"POST send {label}",
@@ -950,6 +1016,10 @@ def _cases() -> list[Case]:
             R("Z", "GET", conv_path("za", "/messages")),
             NOT_FOUND,
         ),
+        Case("Z", "GET search conv_id=unknown group", search_in("Z", "g:unknown"), NOT_FOUND),
+        Case("Z", "GET search conv_id=s:Z:A (never friends)", search_in("Z", "za"), NOT_FOUND),
+        Case("Z", "GET search: nothing of A's, B's or G's", search_in("Z", None), found_nothing),
+        Case("Z", "GET search a file name: nothing", search_in("Z", None, "o1"), found_nothing),
         Case(
             "Z",
             "POST send s:Z:A (never friends)",
@@ -1045,6 +1115,37 @@ def _cases() -> list[Case]:
             lambda w: w.K.history(w.g, end=BIG, order="desc"),
             k_history_desc,
         ),
+        Case(
+            "K",
+            "GET search G: up to the kick, as history",
+            search_in("K", "g"),
+            search_as_history("K", ["g"], must=lambda w: {w.o_msg_g, w.k_own_seq, w.kick_seq}),
+        ),
+        Case(
+            "K",
+            "GET search (all): G up to the kick, as history",
+            search_in("K", None),
+            search_as_history("K", ["g"], must=lambda w: {w.kick_seq}),
+        ),
+        Case(
+            "K",
+            "GET search after-kick words: nothing",
+            search_in("K", None, "after"),
+            found_nothing,
+        ),
+        Case(
+            "K",
+            "GET search file name before the kick: found",
+            search_in("K", "g", "o1"),
+            search_as_history("K", ["g"], "o1"),
+        ),
+        Case(
+            "K",
+            "GET search file name after the kick: nothing",
+            search_in("K", "g", "o2"),
+            found_nothing,
+        ),
+        Case("K", "GET search s:A:B", search_in("K", "ab"), NOT_MEMBER),
         Case(
             "K",
             "GET receipts G seq after kick",
@@ -1205,6 +1306,19 @@ def _cases() -> list[Case]:
         Case("R1", "remover A: history s:A:R1 empty", lambda w: w.A.history(w.ar1), empty_window),
         Case(
             "R1",
+            "GET search s:A:R1 (kept), as history",
+            search_in("R1", "ar1", "a"),
+            search_as_history("R1", ["ar1"], "a"),
+        ),
+        Case(
+            "R1",
+            "remover A: search s:A:R1 finds nothing",
+            search_in("A", "ar1", "a"),
+            found_nothing,
+        ),
+        Case("R1", "GET search s:A:B", search_in("R1", "ab"), NOT_MEMBER),
+        Case(
+            "R1",
             "remover A: lists/sync without s:A:R1 messages",
             check(lambda w: remover_lists(w, "A", w.ar1)),
             _ok,
@@ -1294,6 +1408,17 @@ def _cases() -> list[Case]:
             _ok,
         ),
         Case(
+            "R2", "GET search s:A:R2 (remover): nothing", search_in("R2", "ar2", "a"), found_nothing
+        ),
+        Case("R2", "GET search (all, remover): nothing", search_in("R2", None, "a"), found_nothing),
+        Case(
+            "R2",
+            "A (not the remover) searches s:A:R2 as history",
+            search_in("A", "ar2", "a"),
+            search_as_history("A", ["ar2"], "a"),
+        ),
+        Case("R2", "GET search G", search_in("R2", "g"), NOT_MEMBER),
+        Case(
             "R2",
             "A (not the remover) keeps s:A:R2 history",
             lambda w: w.A.history(w.ar2),
@@ -1335,6 +1460,19 @@ def _cases() -> list[Case]:
             lambda w: w.X.history(w.ax),
             lambda w, p: full_history("ax", w, p),
         ),
+        Case(
+            "X",
+            "GET search s:A:X (still friends), as history",
+            search_in("X", "ax", "a"),
+            search_as_history("X", ["ax"], "a"),
+        ),
+        Case("X", "GET search s:A:B", search_in("X", "ab"), NOT_MEMBER),
+        Case(
+            "X",
+            "GET search (all): only s:A:X",
+            search_in("X", None, "a"),
+            search_as_history("X", ["ax"], "a"),
+        ),
         Case("X", "GET history s:A:B", R("X", "GET", conv_path("ab", "/messages")), NOT_MEMBER),
         Case("X", "GET history G", R("X", "GET", conv_path("g", "/messages")), NOT_MEMBER),
         Case("X", "GET members G", lambda w: w.X.members(w.gid), NOT_MEMBER),
@@ -1352,6 +1490,12 @@ def _cases() -> list[Case]:
         assert w.uid("A") in [f["user_id"] for f in await w.B.friends()]
 
     cs += [Case("other", "GET /v1/me is Z, not A", lambda w: w.users["other"].me(), me_is_z)]
+    cs += [
+        Case(
+            "other", "GET search as A: Z's (nothing)", search_in("other", None, "ab"), found_nothing
+        ),
+        Case("other", "GET search conv_id=G as A", search_in("other", "g"), NOT_MEMBER),
+    ]
     cs += conv_cells("other", "ab", NOT_MEMBER, seq=lambda w: w.a_msg_ab, writes_check="ab")
     cs += [
         Case("other", "state of A after refused clear/hide/read", check(a_state_intact), _ok),
@@ -1462,6 +1606,27 @@ def _cases() -> list[Case]:
             a_upload_unsent,
         ),
         Case("B", "the conversation after B's refused file", check(unchanged_in("ab")), _ok),
+    ]
+
+    cs += [
+        Case(
+            "B",
+            "GET search G (member): every match, as history",
+            search_in("B", "g"),
+            search_as_history("B", ["g"], must=lambda w: {w.k_own_seq, w.after_kick_seq}),
+        ),
+        Case(
+            "B",
+            "GET search (all): s:A:B and G, as history",
+            search_in("B", None, "a"),
+            search_as_history("B", ["ab", "g"], "a", must=lambda w: {w.a_msg_ab}),
+        ),
+        Case(
+            "B",
+            "GET search a file name sent after the kick",
+            search_in("B", "g", "o2"),
+            search_as_history("B", ["g"], "o2"),
+        ),
     ]
 
     # ---------------- B: plain member doing admin things ----------------
@@ -1685,6 +1850,8 @@ def _cases() -> list[Case]:
         ),
         ("DELETE me", "DELETE", lambda w: "/v1/me", {"password": PASSWORD}, None),
         ("GET me/export", "GET", lambda w: "/v1/me/export", None, None),
+        ("GET search", "GET", lambda w: "/v1/search", None, {"q": "ab"}),
+        ("GET search bad q", "GET", lambda w: "/v1/search", None, {"q": " "}),
         (
             "GET users/lookup A",
             "GET",
@@ -1757,6 +1924,8 @@ def _cases() -> list[Case]:
                 "PUT me/password",
                 "DELETE me",
                 "GET me/export",
+                "GET search",
+                "GET search bad q",
                 "GET users/lookup A",
                 "GET presence",
                 "PUT push/registration",

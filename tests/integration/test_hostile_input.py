@@ -949,6 +949,7 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("DELETE", "/v1/sessions/{dev}", "none", ()),
     ("PUT", "/v1/me/password", "password", ()),
     ("GET", "/v1/users/lookup", "none", ("username",)),
+    ("GET", "/v1/search", "none", ("q", "conv_id", "limit", "before")),
 ]
 
 RAW_BODIES = [
@@ -1237,6 +1238,27 @@ def _rest_cases() -> list[tuple[str, str, bytes | None, dict[str, str] | None, s
     for raw in ("%ED%A0%80xx", "%FF%FExx", "a%00b"):  # a surrogate, not UTF-8, NUL
         cases.append(("GET", "/v1/users/lookup?username=" + raw, None, None, {400, 422}))
     cases.append(("GET", "/v1/users/lookup", None, None, {400, 422}))
+    # search: a missing, blank or too long q, bad conv_id / limit / before
+    for q in ("", " ", "\t\n", "x" * 257, "x" * 10_000):
+        cases.append(("GET", "/v1/search", None, {"q": q}, {400, 414}))
+    cases.append(("GET", "/v1/search", None, None, {400}))
+    for raw in ("a%00b", "%ED%A0%80", "%FF%FE", "g:1%0A", "s:1:2%00"):
+        cases.append(("GET", "/v1/search?q=hi&conv_id=" + raw, None, None, {400}))
+    for key, value in (
+        ("conv_id", ""),
+        ("conv_id", "g:" + big),
+        ("conv_id", "s:2:1"),
+        ("limit", "-1"),
+        ("limit", "0"),
+        ("limit", big),
+        ("limit", "1e3"),
+        ("limit", "\x00"),
+        ("before", "\x00"),
+        ("before", "x" * 10_000),
+        ("before", "MTox"),  # "1:1": no conversation
+        ("before", "%ED%A0%80"),
+    ):
+        cases.append(("GET", "/v1/search", None, {"q": "hi", key: value}, {400, 414}))
     return cases
 
 
@@ -1259,6 +1281,43 @@ async def test_bad_ids_and_queries_are_4xx(
         resp.text[:300],
     )
     check_error_body(resp, (method, path))
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        "a\x00b",
+        "\x00",
+        "\u202e rtl",
+        "'; DROP TABLE messages; --",
+        "\\",
+        "a:*",
+        "a & b | !c",
+        "<-> <2> ((",
+        "'",
+        "x" * 256,
+        "世" * 256,
+        "👍🏽",
+        "\U0010ffff",
+        "a" * 200 + " " + "b",
+        "\ufffd",
+    ],
+)
+async def test_hostile_search_text_is_searched_not_interpreted(alice: Client, q: str) -> None:
+    """Whatever a query holds, it becomes tokens (or nothing): 200 and a page."""
+    resp = await rest(alice.base_url, "GET", "/v1/search", token=alice.token, params={"q": q})
+    assert resp.status_code == 200, (q, resp.status_code, resp.text[:300])
+    assert resp.json() == {"results": [], "next_before": None}  # alice sent nothing
+
+
+@pytest.mark.parametrize("raw", ["%ED%A0%80xx", "%FF%FExx", "a%00b", "%E2%80%AE"])
+async def test_search_q_not_utf8_is_not_5xx(alice: Client, raw: str) -> None:
+    resp = await rest(alice.base_url, "GET", "/v1/search?q=" + raw, token=alice.token)
+    assert resp.status_code in (200, 400), (raw, resp.status_code, resp.text[:300])
+    if resp.status_code == 200:
+        assert resp.json() == {"results": [], "next_before": None}
+    else:
+        check_error_body(resp, raw)
 
 
 @pytest.mark.parametrize(
