@@ -105,9 +105,9 @@ async def test_search_and_jump_to_a_message(server: Any, new_page: Any, shots: P
         # another result, in the chat already open: it is scrolled to and highlighted
         await hit.nth(39).click()
         seq39 = await hit.nth(39).get_attribute("data-seq")
-        await expect(
-            bob.locator(f'[data-testid="message"][data-seq="{seq39}"]')
-        ).to_have_class(re.compile(r"\bfound\b"))
+        await expect(bob.locator(f'[data-testid="message"][data-seq="{seq39}"]')).to_have_class(
+            re.compile(r"\bfound\b")
+        )
 
         # -- nothing found: the "no results" state ----------------------------------------
         await search(bob, "xylophonequagmire")

@@ -130,3 +130,25 @@ async def test_any_text_finds_itself(db: asyncpg.Connection, text: str) -> None:
         part = query(m.group(0))
         if part is not None:
             assert await pg_match(db, doc, part), (text, m.group(0), doc, part)
+
+
+async def test_postgresql_merges_repeated_tokens_and_keeps_256_positions(
+    db: asyncpg.Connection,
+) -> None:
+    """document() writes each occurrence; PostgreSQL merges a token's positions and keeps
+    its first 256 (what a phrase can still use)."""
+    doc = document("ha " * 300 + "你好 你好")
+    row = await db.fetchrow(
+        "SELECT array_length(v.positions, 1), v.positions[1], v.positions[256] "
+        "FROM unnest(CAST($1::text AS tsvector)) AS v WHERE v.lexeme = 'ha'",
+        doc,
+    )
+    assert tuple(row) == (256, 1, 256)
+    lexemes = await db.fetch(
+        "SELECT v.lexeme, v.positions FROM unnest(CAST($1::text AS tsvector)) AS v "
+        "WHERE v.lexeme <> 'ha' ORDER BY 1",
+        doc,
+    )
+    assert sorted((r[0], list(r[1])) for r in lexemes) == sorted(
+        [("你好", [301, 303]), ("好", [302, 304])]
+    )
