@@ -25,7 +25,8 @@ of the messages are recalled. Text: 70 % of the messages are Latin, 4 to 14 word
 with a Zipf law (s = 1) from 5,000 made-up words (the commonest in about half of the
 messages, like "the"); 30 % are Chinese, 6 to 30 characters drawn with a Zipf law from
 3,000 ideographs. The queries are picked by rank from the same laws, so their number of
-matches is known (printed).
+matches is known (printed). Before timing, three pages of each query are checked against
+a plain statement that sorts every match (same messages, same order).
 """
 
 from __future__ import annotations
@@ -354,6 +355,8 @@ async def time_search(
                     {"u": u, "q": tq[q]},
                 )
                 matches[q] = int(r.scalar_one())
+            for _, label, q in qs:
+                await check_exact(conn, u, str(tq[q]), label)
             for _ in range(3):  # warm-up
                 for _, _, q in qs:
                     await search_store.search(conn, u, str(tq[q]), 21)
@@ -418,6 +421,40 @@ async def time_search(
     out["queries"] = rows
     out["plans"] = plans
     return out
+
+
+_ALL_MATCHES = """
+WITH w AS MATERIALIZED (
+    SELECT m.conv_id, GREATEST(c.min_seq, m.min_seq) AS lo,
+           LEAST(c.max_seq, COALESCE(m.max_seq, 9223372036854775807)) AS hi
+      FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id WHERE m.user_id = :u
+)
+SELECT x.conv_id, x.seq FROM w JOIN messages x
+    ON x.conv_id = w.conv_id AND x.seq BETWEEN w.lo AND w.hi
+ WHERE NOT x.recalled AND x.search @@ CAST(:q AS tsquery)
+ ORDER BY x.server_time DESC, x.conv_id DESC, x.seq DESC LIMIT 60
+"""
+
+
+async def check_exact(conn: Any, u: int, tsquery: str, label: str) -> None:
+    """Three pages of 20 through the production path, against a plain statement that
+    sorts every match: the same messages in the same order, or the benchmark stops."""
+    want = [
+        (str(c), int(q)) for c, q in await conn.execute(text(_ALL_MATCHES), {"u": u, "q": tsquery})
+    ]
+    got: list[tuple[str, int]] = []
+    before = None
+    for _ in range(3):
+        page = await search_store.search(conn, u, tsquery, 21, before=before)
+        got += [(m["conv_id"], m["seq"]) for m in page[:20]]
+        if len(page) < 21:
+            break
+        last = page[19]
+        before = search_store.Position(last["server_time"], last["conv_id"], last["seq"])
+    if got != want:
+        raise AssertionError(
+            f"{label}: pages differ from the sorted matches: {got[:5]} vs {want[:5]}"
+        )
 
 
 async def explain(conn: Any, u: int, common: str, rare: str) -> dict[str, str]:
