@@ -60,9 +60,13 @@ async def search(
     before: str | None,
 ) -> dict[str, Any]:
     tsquery = check_query(q)
-    ctx.rate.search.check(user_id, "searches")
     position = decode_cursor(before) if before is not None else None
-    async with ctx.db.connect() as conn:
+    ctx.rate.search.check(user_id, "searches")  # bad input is refused before it counts
+    async with ctx.db.connect() as raw:
+        # one snapshot: a page is read in a few statements (windows, time order, the GIN
+        # index, the rows), and a recall or an edit between two of them must not show
+        conn = await raw.execution_options(isolation_level="REPEATABLE READ")
+        await conn.begin()
         if ref is not None:
             await load_member(conn, ref, user_id)  # not mine: the same answer as history
         if tsquery is None:
