@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -99,19 +100,35 @@ def message_document(content_json: str) -> str | None:
     return document(text) if text is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One word or run of a query: its ``tsquery`` fragment, its tokens, and whether the
+    last token is a prefix (``:*``)."""
+
+    fragment: str
+    tokens: tuple[str, ...]
+    prefix: bool
+
+
+def parts(q: str) -> list[Part]:
+    """The words and runs of ``q``, each once, in order (none: punctuation only)."""
+    out: list[Part] = []
+    for run, word in _PIECES.findall(_fold(q)):
+        if word:
+            tok = _plain(word)
+            part = Part(_quote(tok) + ":*", (tok,), True)
+        elif len(run) == 1:
+            part = Part(_quote(run) + ":*", (run,), True)
+        else:
+            bigrams = tuple(run[i : i + 2] for i in range(len(run) - 1))
+            part = Part("(" + " <-> ".join(map(_quote, bigrams)) + ")", bigrams, False)
+        if part not in out:
+            out.append(part)
+    return out
+
+
 def query(q: str) -> str | None:
     """The ``tsquery`` literal that matches what ``q`` asks for (every word and run of it,
     in any order), or None when ``q`` holds nothing searchable (punctuation only)."""
-    parts: list[str] = []
-    for m in _PIECES.finditer(_fold(q)):
-        run, word = m.group(1), m.group(2)
-        if word is not None:
-            part = _quote(_plain(word)) + ":*"
-        elif len(run) == 1:
-            part = _quote(run) + ":*"
-        else:
-            part = " <-> ".join(_quote(run[i : i + 2]) for i in range(len(run) - 1))
-            part = "(" + part + ")"
-        if part not in parts:
-            parts.append(part)
-    return " & ".join(parts) if parts else None
+    found = parts(q)
+    return " & ".join(p.fragment for p in found) if found else None

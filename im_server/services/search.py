@@ -11,7 +11,7 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import bad_request
 from im_server.protocol.types import MAX_INT64, ConvRef, conv_ref
-from im_server.search_text import MAX_QUERY_CHARS, query
+from im_server.search_text import MAX_QUERY_CHARS, Part, parts
 from im_server.services.history import load_member
 from im_server.storage import reactions
 from im_server.storage import search as store
@@ -41,14 +41,14 @@ def decode_cursor(cursor: str) -> Position:
     return p
 
 
-def check_query(q: str | None) -> str | None:
-    """The tsquery of ``q`` (None: nothing searchable in it); a missing, blank or too long
+def check_query(q: str | None) -> list[Part]:
+    """The parts of ``q`` (none: nothing searchable in it); a missing, blank or too long
     ``q`` is a ``bad_request``."""
     if q is None or not q.strip():
         raise bad_request("q must be a non-blank search text")
     if len(q) > MAX_QUERY_CHARS:
         raise bad_request(f"q must be at most {MAX_QUERY_CHARS} characters")
-    return query(q)
+    return parts(q)
 
 
 async def search(
@@ -59,7 +59,7 @@ async def search(
     limit: int,
     before: str | None,
 ) -> dict[str, Any]:
-    tsquery = check_query(q)
+    found_parts = check_query(q)
     position = decode_cursor(before) if before is not None else None
     ctx.rate.search.check(user_id, "searches")  # bad input is refused before it counts
     async with ctx.db.connect() as raw:
@@ -69,12 +69,12 @@ async def search(
         await conn.begin()
         if ref is not None:
             await load_member(conn, ref, user_id)  # not mine: the same answer as history
-        if tsquery is None:
+        if not found_parts:
             return {"results": [], "next_before": None}
-        found = await store.search(
+        found = await store.find(
             conn,
             user_id,
-            tsquery,
+            found_parts,
             limit + 1,
             conv_id=ref.conv_id if ref is not None else None,
             before=position,
