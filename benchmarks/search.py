@@ -482,7 +482,7 @@ async def explain(conn: Any, u: int, common: str, rare: str) -> dict[str, str]:
         (
             "gin_rare_word",
             search_store._SPARSE,
-            {**arrays, "q": rare, "cap": search_store.DENSE_AT},
+            {**arrays, "q": rare, "driver": rare, "cap": search_store.DENSE_AT},
         ),
     ):
         r = await conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql), params)
