@@ -34,14 +34,11 @@ Then VACUUM ANALYZE.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +48,13 @@ import orjson
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from benchmarks.common import (
+    add_layout_args,
+    check_layout_args,
+    pct,
+    run_with_stores,
+    user_in_conversations,
+)
 from im_server.bench.cluster import Stores
 from im_server.config import Settings
 from im_server.storage import conversations as conv_store
@@ -61,11 +65,6 @@ EXPLAIN_DOC = ROOT / "docs" / "unread-query-explain.md"
 MIGRATION = ROOT / "migrations" / "versions" / "0001_initial.py"
 
 
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
-
-
 # --------------------------------------------------------------------------- data
 
 
@@ -74,76 +73,24 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
     # the stores run with synchronous_commit=off; VACUUM cannot mark a page all-visible
     # until the inserting commit is flushed (no hint bits before), so flush commits here
     await pg.execute("SET synchronous_commit = on")
-    n_users = max(2000, args.u_singles + 2 * args.convs + 100)
+    layout = await user_in_conversations(
+        pg,
+        rnd,
+        convs=args.convs,
+        u_singles=args.u_singles,
+        u_groups=args.u_groups,
+        per_conv=args.per_conv,
+        prefix="uq",
+    )
+    u, n_users, convs, members, mine = (
+        layout.user_id,
+        layout.users,
+        layout.convs,
+        layout.members,
+        layout.mine,
+    )
     now = int(time.time() * 1000)
-    await pg.execute(
-        "INSERT INTO users (username, username_key, display_name, password_hash, created_at) "
-        "SELECT 'uq' || i, 'uq' || i, 'uq' || i, 'x', $1 FROM generate_series(1, $2) i",
-        now,
-        n_users,
-    )
-    users = [r["user_id"] for r in await pg.fetch("SELECT user_id FROM users ORDER BY user_id")]
-    u, others = users[0], users[1:]
-
-    n_groups = args.u_groups + (args.convs - args.u_singles - args.u_groups) // 2
-    group_ids = [
-        r["group_id"]
-        for r in await pg.fetch(
-            "INSERT INTO groups (name, owner_id, created_at) "
-            "SELECT 'g' || i, $1, $2 FROM generate_series(1, $3) i RETURNING group_id",
-            u,
-            now,
-            n_groups,
-        )
-    ]
-    convs: list[tuple[str, int, int | None]] = []  # conv_id, type, group_id
-    members: dict[str, list[int]] = {}
-    mine: list[str] = []
-    gi = 0
-    peer_i = 0
-    for k in range(args.convs):
-        if k < args.u_singles:  # U's single chats
-            p = others[peer_i]
-            peer_i += 1
-            cid = f"s:{min(u, p)}:{max(u, p)}"
-            convs.append((cid, 1, None))
-            members[cid] = [u, p]
-            mine.append(cid)
-        elif k < args.u_singles + args.u_groups:  # U's groups
-            g = group_ids[gi]
-            gi += 1
-            cid = f"g:{g}"
-            convs.append((cid, 2, g))
-            members[cid] = [u, *rnd.sample(others, 30)]
-            mine.append(cid)
-        elif (k - args.u_singles - args.u_groups) % 2 == 0 and gi < len(group_ids):
-            g = group_ids[gi]
-            gi += 1
-            cid = f"g:{g}"
-            convs.append((cid, 2, g))
-            members[cid] = rnd.sample(others, 20)
-        else:  # other people's single chats (distinct pairs)
-            a, b = others[peer_i], others[peer_i + 1]
-            peer_i += 2
-            cid = f"s:{min(a, b)}:{max(a, b)}"
-            convs.append((cid, 1, None))
-            members[cid] = [a, b]
-
     per = args.per_conv
-    await pg.copy_records_to_table(
-        "conversations",
-        records=[(c, t, g, 1, per, per, 0, now) for c, t, g in convs],
-        columns=[
-            "conv_id",
-            "conv_type",
-            "group_id",
-            "min_seq",
-            "max_seq",
-            "seq_reserved",
-            "version",
-            "created_at",
-        ],
-    )
 
     # U's side of each of its conversations: cursor, window, and up to where U sent
     u_rows = []
@@ -725,10 +672,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="./scripts/bench unread_query", description=__doc__.split("\n\n")[0]
     )
-    ap.add_argument("--convs", type=int, default=1000, help="conversations in all")
-    ap.add_argument("--per-conv", type=int, default=1000, help="messages per conversation")
-    ap.add_argument("--u-singles", type=int, default=150, help="U's single chats")
-    ap.add_argument("--u-groups", type=int, default=50, help="U's groups")
+    add_layout_args(ap)
     ap.add_argument("--runs", type=int, default=200, help="timed runs of the one statement")
     ap.add_argument("--warmup", type=int, default=10, help="untimed runs of both ways first")
     ap.add_argument("--baseline-rounds", type=int, default=20, help="timed per-conversation rounds")
@@ -740,22 +684,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    if args.u_singles + args.u_groups > args.convs:
-        ap.error("U cannot be in more conversations than --convs")
+    check_layout_args(ap, args)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="im-unread-query-"))
-    stores: Stores | None = None
-    try:
-        stores = Stores.start(tmp / "stores", fsync=False)
-        res = asyncio.run(bench(stores, args))
-    finally:
-        if stores is not None:
-            stores.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    res = run_with_stores("im-unread-query-", lambda stores: bench(stores, args))
     res["doc"] = bool(args.explain_doc)
     if args.json:
         print(orjson.dumps(res).decode())
