@@ -6,6 +6,7 @@
 // (one request per id at a time) and the views re-render when the name arrives.
 
 const LOOKUP_RETRY_MS = 10000; // a lookup that failed (not a 404) is tried again after this
+const DELETED_NAME = 'Deleted account'; // no username can hold a space
 
 // Notices ride the seq stream: a recall, an edit or a reaction changes another message.
 // They are never counted as unread and never shown as rows of their own.
@@ -341,7 +342,9 @@ export class Store extends EventTarget {
       (u) => {
         if (session !== this.session) return null;
         this.lookups.delete(userId);
-        if (this.learn(userId, u && u.username)) this.changed('names');
+        // a deleted account has no username any more: its messages stay, shown as such
+        const name = u && u.deleted ? DELETED_NAME : u && u.username;
+        if (this.learn(userId, name)) this.changed('names');
         return this.names.get(userId) || null;
       },
       (e) => {

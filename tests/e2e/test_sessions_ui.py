@@ -15,8 +15,9 @@ import httpx
 import pytest
 from playwright.async_api import expect  # in the test extras
 
-from tests.e2e.pages import log_in, shot, uname
-from tests.support import PASSWORD
+from im_server.client import Client
+from tests.e2e.pages import conv_item, log_in, shot, uname
+from tests.support import PASSWORD, befriend, persisted, send_ok
 
 pytestmark = pytest.mark.timeout(120)
 expect.set_options(timeout=10_000)
@@ -252,3 +253,38 @@ async def test_delete_my_account(server: Any, new_page: Any, shots: Path) -> Non
         assert r.status_code == 401, r.text
         r = await http.post("/v1/users", json={"username": name, "password": PASSWORD})
         assert r.status_code == 201, r.text  # the name is free again
+
+
+async def test_a_deleted_friend_is_shown_as_deleted(
+    server: Any, new_page: Any, shots: Path
+) -> None:
+    """Messages of a deleted account stay for the others, their sender shown as a deleted
+    account (it has no username any more), looked up once, not again on every render."""
+    names = {k: uname(k) for k in ("erin", "finn")}
+    erin = await Client.register(server.url, names["erin"], PASSWORD)
+    finn = await Client.register(server.url, names["finn"], PASSWORD)
+    try:
+        conv = await befriend(erin, finn)
+        seq = await send_ok(erin, conv, "goodbye, and thanks")
+        await persisted(finn, conv, seq)
+        await erin.delete_account(PASSWORD)
+        page = await new_page("finn")
+        lookups: list[str] = []
+        page.on(
+            "request",
+            lambda r: lookups.append(r.url) if f"/v1/users/{erin.user_id}" in r.url else None,
+        )
+        await log_in(page, names["finn"], url=server.url)
+        item = conv_item(page, "Deleted account")
+        await expect(item).to_have_count(1)
+        await item.click()
+        await expect(page.get_by_test_id("chat-title")).to_have_text("Deleted account")
+        # the message stays (a single chat shows no sender line: the title names the peer)
+        await expect(
+            page.get_by_test_id("message").filter(has_text="goodbye, and thanks")
+        ).to_have_count(1)
+        await shot(page, shots, "27-deleted-friend")
+        assert len(lookups) == 1, lookups
+    finally:
+        await erin.aclose()
+        await finn.aclose()
