@@ -137,7 +137,11 @@ interface Pending {
   reject(e: Error): void;
   retryTimer: unknown;
   deadline: unknown;
+  refusals: number;
 }
+
+/** Refusals that say "not now": the send is tried again (same client_msg_id). */
+const RETRIED_CODES = new Set(["unavailable", "rate_limited"]);
 
 const COUNTABLE_EXCLUDED = new Set(["recall", "edit", "reaction"]);
 
@@ -577,6 +581,7 @@ export class ImClient {
         },
         reject,
         retryTimer: null,
+        refusals: 0,
         deadline: g.setTimeout(() => {
           this.pending.delete(clientMsgId);
           g.clearTimeout(p.retryTimer);
@@ -609,9 +614,19 @@ export class ImClient {
     if (!p) return;
     this.pending.delete(id);
     g.clearTimeout(p.retryTimer);
-    g.clearTimeout(p.deadline);
+    if (a.ok) g.clearTimeout(p.deadline);
     if (a.ok) p.resolve(a);
-    else p.reject(new SendError(a.code, a.message, id));
+    else if (RETRIED_CODES.has(a.code) && p.refusals < 8) {
+      // a transient refusal: the same frame again after a back-off
+      p.refusals += 1;
+      this.pending.set(id, p);
+      p.retryTimer = g.setTimeout(() => {
+        if (this.pending.get(id) === p) this.transmit(p);
+      }, backoffDelay(p.refusals, { baseMs: 200, maxMs: 5000 }));
+    } else {
+      g.clearTimeout(p.deadline);
+      p.reject(new SendError(a.code, a.message, id));
+    }
   }
 
   /** My own acked message: held here (so it is not pulled again) and reported once. */
@@ -766,7 +781,8 @@ export class ImClient {
           continue;
         }
         try {
-          total += (await this.pull(...r))[0];
+          const [got] = await this.pull(...r);
+          total += got;
         } catch (e) {
           error = e;
         }

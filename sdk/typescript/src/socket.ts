@@ -10,6 +10,9 @@ export interface BackoffOptions {
   baseMs?: number;
   /** Cap of the delay (ms). Default 15000. */
   maxMs?: number;
+  /** A connection attempt not open after this long is given up and retried (ms).
+   * Default 10000. */
+  connectTimeoutMs?: number;
 }
 
 export interface SocketHooks {
@@ -39,6 +42,7 @@ export class ReconnectingSocket {
   private retryTimer: unknown = null;
   private pingTimer: unknown = null;
   private pongTimer: unknown = null;
+  private connectTimer: unknown = null;
 
   constructor(
     private readonly url: () => string,
@@ -130,8 +134,14 @@ export class ReconnectingSocket {
       return;
     }
     this.ws = ws;
+    // an attempt can hang (a server shutting down accepted the TCP connection)
+    g.clearTimeout(this.connectTimer);
+    this.connectTimer = g.setTimeout(() => {
+      if (this.ws === ws && this.status === "connecting") this.drop("connect timeout");
+    }, this.backoff.connectTimeoutMs ?? 10000);
     ws.onopen = () => {
       if (this.ws !== ws) return;
+      g.clearTimeout(this.connectTimer);
       this.attempt = 0;
       this.setStatus("open");
       this.startPing();
@@ -192,6 +202,7 @@ export class ReconnectingSocket {
   }
 
   private stopPing(): void {
+    g.clearTimeout(this.connectTimer);
     g.clearTimeout(this.pingTimer);
     g.clearTimeout(this.pongTimer);
   }
