@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _generator():  # type: ignore[no-untyped-def]
+def _generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "gen_sdk_types", ROOT / "scripts" / "gen_sdk_types.py"
     )
