@@ -172,6 +172,8 @@ export class ImClient {
   private readWaiters: Array<{ resolve(): void; reject(e: Error): void }> = [];
   private deliveredQueue = new Map<string, number>();
   private deliveredSent = new Map<string, number>();
+  private readOnSocket = new Map<string, number>();
+  private deliveredOnSocket = new Map<string, number>();
   private reportTimer: unknown = null;
   private typingAt = new Map<string, number>();
   private poller: Promise<void> | null = null;
@@ -355,10 +357,16 @@ export class ImClient {
     // then resend what was never acked (same client_msg_id: the server dedupes)
     this.pollAbort?.abort();
     for (const p of this.pending.values()) this.transmit(p);
-    for (const [conv, seq] of this.deliveredSent) {
-      const c = this.state.get(conv);
-      if (c && (this.deliveredQueue.get(conv) ?? 0) < seq) this.deliveredQueue.set(conv, seq);
+    // reports written to the last socket may have died with it: they are forward-only
+    // on the server, so sending them again is harmless
+    for (const [conv, seq] of this.readOnSocket) {
+      if ((this.readQueue.get(conv) ?? 0) < seq) this.readQueue.set(conv, seq);
     }
+    for (const [conv, seq] of this.deliveredOnSocket) {
+      if ((this.deliveredQueue.get(conv) ?? 0) < seq) this.deliveredQueue.set(conv, seq);
+    }
+    this.readOnSocket.clear();
+    this.deliveredOnSocket.clear();
     if (this.readQueue.size || this.deliveredQueue.size) this.scheduleReports();
     this.sync().catch(() => undefined);
   }
@@ -701,7 +709,10 @@ export class ImClient {
     this.readWaiters = [];
     let failed: Error | null = null;
     for (const [conv, seq] of reads) {
-      if (this.socket?.send({ type: "read", conv_id: conv, seq })) continue;
+      if (this.socket?.send({ type: "read", conv_id: conv, seq })) {
+        this.readOnSocket.set(conv, Math.max(seq, this.readOnSocket.get(conv) ?? 0));
+        continue;
+      }
       try {
         await this.api.readRest(conv, seq);
       } catch (e) {
@@ -716,6 +727,7 @@ export class ImClient {
       if (this.socket?.send({ type: "delivered", conv_id: conv, seq })) {
         this.deliveredQueue.delete(conv);
         this.deliveredSent.set(conv, Math.max(seq, this.deliveredSent.get(conv) ?? 0));
+        this.deliveredOnSocket.set(conv, Math.max(seq, this.deliveredOnSocket.get(conv) ?? 0));
       }
       // else kept until the socket opens (there is no REST delivered report)
     }
@@ -728,6 +740,8 @@ export class ImClient {
   /** Catch up: sync pages from the last version while has_more, then pull the seq
    * ranges this device lacks, ascending. Every new message goes to "message" once. */
   sync(opts: { wait?: number } = {}): Promise<SyncResult> {
+    // a long poll parked in the chain would hold this call for up to its wait
+    if (!opts.wait) this.pollAbort?.abort();
     const run = this.syncChain.then(() => this.syncNow(opts.wait ?? 0));
     this.syncChain = run.catch(() => undefined);
     return run;

@@ -41,6 +41,18 @@ function freePort(): Promise<number> {
   });
 }
 
+// a test run that dies or forgets destroy() leaves no server behind
+const live = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const p of live) {
+    try {
+      if (p.pid) process.kill(-p.pid, "SIGKILL");
+    } catch {
+      /* gone */
+    }
+  }
+});
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class TestServer {
@@ -77,6 +89,9 @@ export class TestServer {
         detached: true, // its own process group: stop() can end the embedded stores too
       },
     );
+    const proc = this.proc;
+    live.add(proc);
+    proc.once("exit", () => live.delete(proc));
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (this.proc.exitCode !== null) throw new Error(`server exited ${this.proc.exitCode}:\n${this.logTail()}`);
