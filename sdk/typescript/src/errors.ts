@@ -1,0 +1,31 @@
+/** A REST call answered with a non-2xx status: `{error: {code, message}}`. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`${status} ${code}: ${message}`);
+    this.name = "ApiError";
+  }
+}
+
+/** A send refused by the server (`ack` with `ok: false`). Not retried. */
+export class SendError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly clientMsgId: string,
+  ) {
+    super(`${code}: ${message}`);
+    this.name = "SendError";
+  }
+}
+
+/** No answer in time (a send never acked, the client closed meanwhile...). */
+export class ImTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ImTimeoutError";
+  }
+}

@@ -1,0 +1,20 @@
+export { ImClient, countable } from "./client.js";
+export type {
+  ConvState,
+  HistoryOptions,
+  HistoryResult,
+  ImClientOptions,
+  ImEvents,
+  SyncResult,
+} from "./client.js";
+export { ApiError, ImTimeoutError, SendError } from "./errors.js";
+export { Http, convPath } from "./http.js";
+export type { HistoryQuery, Query, SendOptions } from "./http.js";
+export { ReconnectingSocket, backoffDelay } from "./socket.js";
+export type { BackoffOptions, ConnectionStatus } from "./socket.js";
+export { MemoryStorage } from "./storage.js";
+export type { StateStorage } from "./storage.js";
+export { ConvCursor, SyncState } from "./syncstate.js";
+export type { Interval, SeqRange, SyncStateSnapshot } from "./syncstate.js";
+export type { FetchLike, WebSocketConstructor, WebSocketLike } from "./env.js";
+export type * from "./wire.js";
