@@ -7,6 +7,7 @@
 // unread counts) fresh, and carries the page while the WebSocket is down. Friend
 // requests are polled (the server pushes none).
 
+import { newId } from './sdk/index.js';
 import { COUNTABLE } from './store.js';
 import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploads.js';
 
@@ -24,11 +25,7 @@ const REVEAL_MARGIN = 10;      // a message jumped to is held with a few older o
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-export function newId() {
-  if (globalThis.crypto && crypto.randomUUID) return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
-}
+export { newId };
 
 export class Engine {
   constructor(api, store, socket) {
@@ -345,7 +342,7 @@ export class Engine {
       c.readReported = Math.max(c.readReported, seq);
       return;
     }
-    this.api.read(c.id, seq).then(
+    this.api.readRest(c.id, seq).then(
       (r) => { c.readReported = Math.max(c.readReported, r.read_seq ?? seq); },
       () => {},
     );

@@ -100,8 +100,7 @@ export class Media {
     const held = this.links.get(key);
     if (held && held.expires_at - Date.now() > LINK_MARGIN_MS) return held.url;
     if (!this.asking.has(key)) {
-      const path = `/v1/uploads/${encodeURIComponent(id)}${thumb ? '/thumbnail' : ''}?redirect=false`;
-      const run = this.api.get(path).then((r) => { this.links.set(key, r); return r.url; });
+      const run = this.api.uploadLink(id, thumb).then((r) => { this.links.set(key, r); return r.url; });
       this.asking.set(key, run);
       run.finally(() => this.asking.delete(key)).catch(() => {});
     }

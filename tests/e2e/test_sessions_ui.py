@@ -13,11 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import expect  # in the test extras
 
 from im_server.client import Client
 from tests.e2e.pages import conv_item, log_in, shot, uname
-from tests.support import PASSWORD, befriend, persisted, send_ok
+from tests.support import PASSWORD, befriend, eventually, persisted, send_ok
 
 pytestmark = pytest.mark.timeout(120)
 expect.set_options(timeout=10_000)
@@ -246,7 +247,14 @@ async def test_delete_my_account(server: Any, new_page: Any, shots: Path) -> Non
     await page.get_by_test_id("delete-password").fill(PASSWORD)
     await page.get_by_test_id("delete-submit").click()
     await expect(page.get_by_test_id("auth-screen")).to_be_visible()
-    assert await page.evaluate("localStorage.getItem('im.session')") is None
+
+    async def session_forgotten() -> bool:
+        try:
+            return await page.evaluate("localStorage.getItem('im.session')") is None
+        except PlaywrightError:  # the page reloads after the deletion: ask the new one
+            return False
+
+    await eventually(session_forgotten, timeout=10)
     assert asked == ["Delete your account for good? This cannot be undone."] * 2
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         r = await http.post("/v1/sessions", json={"username": name, "password": PASSWORD})

@@ -3,9 +3,10 @@ export class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
-    message: string,
+    /** the server's message alone (`message` is prefixed with the status and code) */
+    readonly detail: string,
   ) {
-    super(`${status} ${code}: ${message}`);
+    super(`${status} ${code}: ${detail}`);
     this.name = "ApiError";
   }
 }

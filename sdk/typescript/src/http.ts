@@ -8,6 +8,8 @@ import type {
   Cleared,
   Conversation,
   ConversationSettings,
+  DownloadLink,
+  Edited,
   Friend,
   FriendRequestSent,
   FriendRequests,
@@ -28,6 +30,8 @@ import type {
   SingleState,
   SyncPage,
   Unread,
+  UploadTicket,
+  UserProfile,
 } from "./wire.js";
 
 export type Query = Record<string, string | number | boolean | null | undefined>;
@@ -147,6 +151,17 @@ export class Http {
   sessions = (): Promise<SessionInfo[]> => this.request("GET", "/v1/sessions");
   lookupUser = (username: string): Promise<PublicUser> =>
     this.request("GET", "/v1/users/lookup", undefined, { username });
+  user = (userId: number): Promise<UserProfile> => this.request("GET", `/v1/users/${userId}`);
+  /** End one session of mine (by its device id). */
+  revokeSession = (deviceId: string): Promise<void> =>
+    this.request("DELETE", `/v1/sessions/${encodeURIComponent(deviceId)}`);
+  /** End every session of mine, this one too. */
+  logoutEverywhere = (): Promise<void> => this.request("DELETE", "/v1/sessions");
+  /** A 401 here is a wrong password, not a dead session. */
+  deleteAccount = (password: string): Promise<void> => this.request("DELETE", "/v1/me", { password });
+  /** Every other session of mine is revoked. A 401 here is a wrong old password. */
+  changePassword = (oldPassword: string, newPassword: string): Promise<void> =>
+    this.request("PUT", "/v1/me/password", { old_password: oldPassword, new_password: newPassword });
 
   // friends and blocks
   requestFriend = (toUserId: number, note?: string): Promise<FriendRequestSent> =>
@@ -171,6 +186,9 @@ export class Http {
     });
   kick = (groupId: number, userId: number): Promise<void> =>
     this.request("DELETE", `/v1/groups/${groupId}/members/${userId}`);
+  /** Mute a member until a time (ms since the epoch; 0 lifts it). Owner/admins. */
+  muteMember = (groupId: number, userId: number, until: number): Promise<void> =>
+    this.request("PUT", `/v1/groups/${groupId}/members/${userId}/mute`, { until });
   leave = (groupId: number): Promise<void> => this.request("POST", `/v1/groups/${groupId}/leave`);
   members = (groupId: number): Promise<GroupMember[]> =>
     this.request("GET", `/v1/groups/${groupId}/members`);
@@ -193,6 +211,12 @@ export class Http {
   hide = (convId: string): Promise<void> => this.request("DELETE", convPath(convId));
   recall = (convId: string, seq: number): Promise<Recalled> =>
     this.request("POST", `${convPath(convId)}/messages/${seq}/recall`);
+  edit = (convId: string, seq: number, content: Record<string, unknown>): Promise<Edited> =>
+    this.request("POST", `${convPath(convId)}/messages/${seq}/edit`, { content });
+  react = (convId: string, seq: number, emoji: string): Promise<void> =>
+    this.request("PUT", `${convPath(convId)}/messages/${seq}/reactions/${encodeURIComponent(emoji)}`);
+  unreact = (convId: string, seq: number, emoji: string): Promise<void> =>
+    this.request("DELETE", `${convPath(convId)}/messages/${seq}/reactions/${encodeURIComponent(emoji)}`);
   receipts = (convId: string, seq: number): Promise<Receipts> =>
     this.request("GET", `${convPath(convId)}/messages/${seq}/receipts`);
   settings = (
@@ -200,13 +224,30 @@ export class Http {
     s: { muted?: boolean; pinned?: boolean },
   ): Promise<ConversationSettings> => this.request("PUT", convPath(convId) + "/settings", s);
   unread = (): Promise<Unread> => this.request("GET", "/v1/unread");
-  search = (q: string, opts: { convId?: string; limit?: number; before?: string } = {}): Promise<SearchPage> =>
-    this.request("GET", "/v1/search", undefined, {
-      q,
-      conv_id: opts.convId,
-      limit: opts.limit,
-      before: opts.before,
-    });
+  search = (
+    q: string,
+    opts: { convId?: string; limit?: number; before?: string | null } = {},
+    signal?: AbortSignalLike,
+  ): Promise<SearchPage> =>
+    this.request(
+      "GET",
+      "/v1/search",
+      undefined,
+      { q, conv_id: opts.convId, limit: opts.limit, before: opts.before },
+      signal,
+    );
+
+  // attachments: a presigned PUT for the bytes, then send image|file with the upload_id
+  createUpload = (contentType: string, size: number, filename?: string): Promise<UploadTicket> =>
+    this.request("POST", "/v1/uploads", { content_type: contentType, size, filename });
+  /** A short-lived download URL of an upload (or of its thumbnail: 404 until it is made). */
+  uploadLink = (uploadId: string, thumbnail = false): Promise<DownloadLink> =>
+    this.request(
+      "GET",
+      `/v1/uploads/${encodeURIComponent(uploadId)}${thumbnail ? "/thumbnail" : ""}`,
+      undefined,
+      { redirect: false },
+    );
   sync = (
     q: { since: number; wait?: number; limit?: number; recent?: number },
     signal?: AbortSignalLike,

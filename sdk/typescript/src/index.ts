@@ -16,5 +16,6 @@ export { MemoryStorage } from "./storage.js";
 export type { StateStorage } from "./storage.js";
 export { ConvCursor, SyncState } from "./syncstate.js";
 export type { Interval, SeqRange, SyncStateSnapshot } from "./syncstate.js";
+export { newId } from "./env.js";
 export type { FetchLike, WebSocketConstructor, WebSocketLike } from "./env.js";
 export type * from "./wire.js";

@@ -1,0 +1,21 @@
+// The few platform APIs the client needs, typed here so the core compiles against
+// plain ECMAScript (no DOM and no Node typings): browsers, React Native, Deno, Bun and
+// Node 20+ all provide them (Node 20 without a global WebSocket: pass the `ws` package).
+export const g = globalThis;
+export const OPEN = 1;
+/** A fresh client_msg_id: a UUID where the platform has one, else 32 hex digits. */
+export function newId() {
+    const c = g.crypto;
+    if (c?.randomUUID)
+        return c.randomUUID();
+    const bytes = new Uint8Array(16);
+    if (c?.getRandomValues)
+        c.getRandomValues(bytes);
+    else
+        for (let i = 0; i < 16; i++)
+            bytes[i] = Math.floor(Math.random() * 256);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+export const sleep = (ms) => new Promise((resolve) => {
+    g.setTimeout(resolve, ms);
+});

@@ -1,0 +1,33 @@
+/** A REST call answered with a non-2xx status: `{error: {code, message}}`. */
+export class ApiError extends Error {
+    status;
+    code;
+    detail;
+    constructor(status, code, 
+    /** the server's message alone (`message` is prefixed with the status and code) */
+    detail) {
+        super(`${status} ${code}: ${detail}`);
+        this.status = status;
+        this.code = code;
+        this.detail = detail;
+        this.name = "ApiError";
+    }
+}
+/** A send refused by the server (`ack` with `ok: false`). Not retried. */
+export class SendError extends Error {
+    code;
+    clientMsgId;
+    constructor(code, message, clientMsgId) {
+        super(`${code}: ${message}`);
+        this.code = code;
+        this.clientMsgId = clientMsgId;
+        this.name = "SendError";
+    }
+}
+/** No answer in time (a send never acked, the client closed meanwhile...). */
+export class ImTimeoutError extends Error {
+    constructor(message) {
+        super(message);
+        this.name = "ImTimeoutError";
+    }
+}
