@@ -7,7 +7,7 @@
 // unread counts) fresh, and carries the page while the WebSocket is down. Friend
 // requests are polled (the server pushes none).
 
-import { newId } from './sdk/index.js';
+import { Outbox, Reporter, newId, sendBody } from './sdk/index.js';
 import { COUNTABLE } from './store.js';
 import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploads.js';
 
@@ -17,6 +17,7 @@ const LONG_POLL_S = 25;
 const GAP_RETRY_MS = [60, 120, 250, 500, 1000, 2000];
 const REQUESTS_EVERY_MS = 5000;
 const ACK_TIMEOUT_MS = 8000;
+const REPORT_DELAY_MS = 150;  // read and delivered reports are sent in batches
 const PRESENCE_BATCH = 200;    // ids per GET /v1/presence
 const MAX_MENTIONS = 100;
 const QUOTE_RETRY_MS = 10000;  // a quote whose read failed is read again after this
@@ -36,8 +37,12 @@ export class Engine {
     this.pulling = new Map();      // conv_id -> promise of the running gap pull
     this.pullAgain = new Set();
     this.pullTimers = new Map();
-    this.deliverTimers = new Map();
-    this.ackTimers = new Map();
+    // sends until acked, and the read/delivered/typing reports: the SDK's (same protocol
+    // as its ImClient); the engine keeps the pending messages the views show
+    const write = (frame) => this.socket.send(frame);
+    this.outbox = new Outbox(write, { ackTimeoutMs: ACK_TIMEOUT_MS, sendTimeoutMs: 0 });
+    this.reports = new Reporter(write, (convId, seq) => this.api.readRest(convId, seq),
+      { reportDelayMs: REPORT_DELAY_MS });
     this.pollAbort = null;
     this.wake = null;
     this.friendsAt = 0;
@@ -88,19 +93,18 @@ export class Engine {
     clearInterval(this.requestsTimer);
     clearInterval(this.typingTimer);
     if (this.pollAbort) this.pollAbort.abort();
-    for (const t of this.ackTimers.values()) clearTimeout(t);
+    this.reports.stop();
+    this.outbox.rejectAll(new Error('stopped'));
     for (const t of this.pullTimers.values()) clearTimeout(t); // no request after the end
   }
 
   // ---- connection ----------------------------------------------------------------
 
   connected() {
-    // resend what was never acked (same client_msg_id: the server dedupes)
-    for (const c of this.store.convs.values()) {
-      for (const p of c.pending.values()) if (p.state === 'sending') this.transmit(p);
-      if (c.readSeq > c.readReported) this.reportRead(c, c.readSeq);
-      if (c.maxHeld > c.deliveredReported) this.scheduleDelivered(c);
-    }
+    // resend what was never acked (same client_msg_id: the server dedupes), and the
+    // reports the last socket may have lost
+    this.outbox.resendAll();
+    this.reports.reopened();
     this.kickSync();
     this.loadRequests().catch(() => {});
     // presence frames missed while the socket was down: read the truth again
@@ -312,14 +316,7 @@ export class Engine {
   // ---- cursors -------------------------------------------------------------------
 
   scheduleDelivered(c) {
-    if (this.deliverTimers.has(c.id)) return;
-    this.deliverTimers.set(c.id, setTimeout(() => {
-      this.deliverTimers.delete(c.id);
-      const seq = c.maxHeld;
-      if (seq > c.deliveredReported && this.socket.send({ type: 'delivered', conv_id: c.id, seq })) {
-        c.deliveredReported = seq;
-      }
-    }, 150));
+    this.reports.delivered(c.id, c.maxHeld);
   }
 
   /** Report read for the open conversation when the page is visible. */
@@ -336,16 +333,9 @@ export class Engine {
     this.store.changed('read', c.id);
   }
 
-  /** Over the socket, else REST; what neither took is reported again on reconnect. */
+  /** Batched: over the socket, else REST; what neither took is reported again. */
   reportRead(c, seq) {
-    if (this.socket.send({ type: 'read', conv_id: c.id, seq })) {
-      c.readReported = Math.max(c.readReported, seq);
-      return;
-    }
-    this.api.readRest(c.id, seq).then(
-      (r) => { c.readReported = Math.max(c.readReported, r.read_seq ?? seq); },
-      () => {},
-    );
+    this.reports.read(c.id, seq).catch(() => {});
   }
 
   open(convId) {
@@ -390,11 +380,11 @@ export class Engine {
         this.store.changed('messages', c.id);
         return;
       }
-      case 'ack': return this.ack(f);
+      case 'ack': this.outbox.onAck(f); return;
       case 'read': {
         const c = this.store.conv(f.conv_id, false);
         if (!c) return;
-        if (f.user_id === me) { c.markRead(f.seq); c.readReported = Math.max(c.readReported, f.seq); }
+        if (f.user_id === me) c.markRead(f.seq);
         else if (c.type === 'single') c.peerReadSeq = Math.max(c.peerReadSeq, f.seq);
         this.store.changed('read', c.id);
         return;
@@ -458,7 +448,7 @@ export class Engine {
     };
     c.pending.set(p.client_msg_id, p);
     c.hidden = false;
-    c.lastTypingSent = 0; // the peer clears my typing line on this message: notify anew
+    this.reports.typingEnded(c.id); // the peer clears my typing line on this message
     this.store.changed('messages', c.id);
     this.transmit(p);
     return p;
@@ -517,56 +507,41 @@ export class Engine {
   }
 
   transmit(p) {
-    clearTimeout(this.ackTimers.get(p.client_msg_id));
     const frame = {
-      type: 'send', client_msg_id: p.client_msg_id, conv_id: p.conv_id,
-      content_type: p.content_type, content: p.wire || p.content,
+      type: 'send', conv_id: p.conv_id,
+      ...sendBody(p.wire || p.content, p.client_msg_id, {
+        contentType: p.content_type, mentions: p.mentions, mentionAll: p.mention_all,
+        replyTo: p.reply_to ?? undefined,
+      }),
     };
-    if (p.mentions && p.mentions.length) frame.mentions = p.mentions;
-    if (p.mention_all) frame.mention_all = true;
-    if (p.reply_to != null) frame.reply_to = p.reply_to;
-    const ok = this.socket.send(frame);
-    if (!ok) return; // flushed when the socket opens again
-    this.ackTimers.set(p.client_msg_id, setTimeout(() => {
+    this.outbox.send(frame, { onAck: (f) => this.acked(p, f) }).catch((e) => {
       const c = this.store.conv(p.conv_id, false);
-      if (c && c.pending.get(p.client_msg_id) === p && p.state === 'sending') this.transmit(p);
-    }, ACK_TIMEOUT_MS));
+      if (!this.running || !c || c.pending.get(p.client_msg_id) !== p) return;
+      p.state = 'failed';
+      p.error = e.detail || e.code || e.message;
+      this.store.changed('messages', c.id);
+    });
   }
 
-  ack(f) {
-    clearTimeout(this.ackTimers.get(f.client_msg_id));
-    this.ackTimers.delete(f.client_msg_id);
-    let c = null;
-    let p = null;
-    for (const conv of this.store.convs.values()) {
-      if (conv.pending.has(f.client_msg_id)) { c = conv; p = conv.pending.get(f.client_msg_id); break; }
-    }
-    if (!p) return;
-    if (f.ok) {
-      c.pending.delete(f.client_msg_id);
-      const target = this.store.conv(f.conv_id || c.id);
-      this.received(target, [{
-        conv_id: target.id, seq: f.seq, sender_id: p.sender_id, client_msg_id: p.client_msg_id,
-        content_type: p.content_type, content: p.content, server_time: f.server_time, recalled: false,
-        mentions: p.mentions || [], mention_all: !!p.mention_all, reply_to: p.reply_to ?? null,
-        edited_at: null, reactions: [],
-      }], true);
-      // an attachment's content is the server's (name, size, type, picture size)
-      if (p.wire) this.refetch(target, f.seq);
-      this.store.changed('messages', target.id);
-    } else if (f.code === 'unavailable') {
-      setTimeout(() => this.transmit(p), 1000);
-    } else {
-      p.state = 'failed';
-      p.error = f.message || f.code;
-      this.store.changed('messages', c.id);
-    }
+  /** My message was acked: it leaves the pending ones for its place in the history. */
+  acked(p, f) {
+    const c = this.store.conv(p.conv_id, false);
+    if (!c || c.pending.get(p.client_msg_id) !== p) return;
+    c.pending.delete(p.client_msg_id);
+    const target = this.store.conv(f.conv_id || c.id);
+    this.received(target, [{
+      conv_id: target.id, seq: f.seq, sender_id: p.sender_id, client_msg_id: p.client_msg_id,
+      content_type: p.content_type, content: p.content, server_time: f.server_time, recalled: false,
+      mentions: p.mentions || [], mention_all: !!p.mention_all, reply_to: p.reply_to ?? null,
+      edited_at: null, reactions: [],
+    }], true);
+    // an attachment's content is the server's (name, size, type, picture size)
+    if (p.wire) this.refetch(target, f.seq);
+    this.store.changed('messages', target.id);
   }
 
   typing(c) {
-    const now = Date.now();
-    if (now - c.lastTypingSent < 3000) return;
-    if (this.socket.send({ type: 'typing', conv_id: c.id })) c.lastTypingSent = now;
+    this.reports.typing(c.id);
   }
 
   async recall(c, seq) {

@@ -55,9 +55,6 @@ export class Conv {
     this.receipts = new Map(); // seq -> read_count (groups, my messages)
     this.typing = new Map();   // user_id -> expiry (ms)
     this.members = null;       // [{user_id, role}] once fetched
-    this.deliveredReported = 0;
-    this.readReported = 0;     // the highest read seq the server has (or was sent)
-    this.lastTypingSent = 0;
     this.createdAt = Date.now();
   }
 
@@ -73,7 +70,6 @@ export class Conv {
     this.setWindow(st.min_seq, st.max_seq);
     const localRead = this.readSeq;
     this.readSeq = Math.max(this.readSeq, st.read_seq || 0);
-    this.readReported = Math.max(this.readReported, st.read_seq || 0);
     this.unreadBase = st.unread || 0;
     this.mentionBase = st.mention_unread || 0;
     // a read report of mine still on its way: the server's count is already stale

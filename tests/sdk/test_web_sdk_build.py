@@ -19,7 +19,9 @@ WEB_SDK = ROOT / "im_server" / "web" / "sdk"
 
 def _files(root: Path) -> dict[str, bytes]:
     return {
-        p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -41,11 +43,18 @@ def test_committed_web_sdk_matches_the_sources(tmp_path: Path) -> None:
     out = tmp_path / "sdk"
     proc = subprocess.run(
         [str(node), str(tsc), "-p", "tsconfig.web.json", "--outDir", str(out)],
-        cwd=SDK, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=SDK,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     built, committed = _files(out), _files(WEB_SDK)
     assert built, "tsc wrote nothing"
     assert sorted(committed) == sorted(built), "im_server/web/sdk/ has other files than the build"
     stale = [name for name in built if built[name] != committed[name]]
-    assert not stale, f"im_server/web/sdk/ is stale ({stale}): run `npm run build:web` in sdk/typescript"
+    assert not stale, (
+        f"im_server/web/sdk/ is stale ({stale}): run `npm run build:web` in sdk/typescript"
+    )

@@ -2,13 +2,13 @@
 // state per conversation. The logic is the Python client's (im_server/client: Device,
 // SyncState) and the web client's (reconnect, resends, batched read/delivered reports).
 import { g, newId, sleep, } from "./env.js";
-import { ApiError, ImTimeoutError, SendError } from "./errors.js";
+import { ApiError, ImTimeoutError } from "./errors.js";
 import { Http, sendBody } from "./http.js";
 import { ReconnectingSocket, backoffDelay } from "./socket.js";
+import { Outbox } from "./outbox.js";
+import { Reporter } from "./reports.js";
 import { MemoryStorage } from "./storage.js";
 import { SyncState } from "./syncstate.js";
-/** Refusals that say "not now": the send is tried again (same client_msg_id). */
-const RETRIED_CODES = new Set(["unavailable", "rate_limited"]);
 const COUNTABLE_EXCLUDED = new Set(["recall", "edit", "reaction"]);
 /** A message that counts toward unread when someone else sent it. */
 export const countable = (m) => !COUNTABLE_EXCLUDED.has(m.content_type);
@@ -26,18 +26,11 @@ export class ImClient {
     listeners = new Map();
     socket = null;
     running = false;
-    pending = new Map();
+    outbox;
+    reports;
     syncChain = Promise.resolve();
     pulls = new Set();
     gapTimers = new Map();
-    readQueue = new Map();
-    readWaiters = [];
-    deliveredQueue = new Map();
-    deliveredSent = new Map();
-    readOnSocket = new Map();
-    deliveredOnSocket = new Map();
-    reportTimer = null;
-    typingAt = new Map();
     poller = null;
     pollAbort = null;
     pollWake = null;
@@ -54,6 +47,9 @@ export class ImClient {
         this.opts = opts;
         this.storage = opts.storage ?? new MemoryStorage();
         this.api = new Http(baseUrl, token, opts.fetch);
+        const write = (frame) => this.socket?.send(frame) ?? false;
+        this.outbox = new Outbox(write, opts);
+        this.reports = new Reporter(write, (conv, seq) => this.api.readRest(conv, seq), opts);
     }
     // ---- sessions ------------------------------------------------------------------
     static async login(baseUrl, username, password, opts = {}) {
@@ -157,6 +153,7 @@ export class ImClient {
     async close(opts = {}) {
         this.running = false;
         await this.flushReports().catch(() => undefined);
+        this.reports.stop();
         this.socket?.stop();
         this.socket = null;
         this.pollAbort?.abort();
@@ -164,13 +161,7 @@ export class ImClient {
         for (const t of this.gapTimers.values())
             g.clearTimeout(t);
         this.gapTimers.clear();
-        g.clearTimeout(this.reportTimer);
-        for (const p of this.pending.values()) {
-            g.clearTimeout(p.retryTimer);
-            g.clearTimeout(p.deadline);
-            p.reject(new ImTimeoutError("the client was closed before the ack"));
-        }
-        this.pending.clear();
+        this.outbox.rejectAll(new ImTimeoutError("the client was closed before the ack"));
         await Promise.allSettled([...this.pulls]);
         if (this.poller)
             await this.poller.catch(() => undefined);
@@ -189,22 +180,9 @@ export class ImClient {
         // a long poll in flight is not needed any more; catch up after every (re)open,
         // then resend what was never acked (same client_msg_id: the server dedupes)
         this.pollAbort?.abort();
-        for (const p of this.pending.values())
-            this.transmit(p);
-        // reports written to the last socket may have died with it: they are forward-only
-        // on the server, so sending them again is harmless
-        for (const [conv, seq] of this.readOnSocket) {
-            if ((this.readQueue.get(conv) ?? 0) < seq)
-                this.readQueue.set(conv, seq);
-        }
-        for (const [conv, seq] of this.deliveredOnSocket) {
-            if ((this.deliveredQueue.get(conv) ?? 0) < seq)
-                this.deliveredQueue.set(conv, seq);
-        }
-        this.readOnSocket.clear();
-        this.deliveredOnSocket.clear();
-        if (this.readQueue.size || this.deliveredQueue.size)
-            this.scheduleReports();
+        this.outbox.resendAll();
+        // reports written to the last socket may have died with it: sent again
+        this.reports.reopened();
         this.sync().catch(() => undefined);
     }
     onUnauthorized() {
@@ -254,7 +232,7 @@ export class ImClient {
         this.emit("frame", f);
         switch (f.type) {
             case "ack":
-                this.onAck(f);
+                this.outbox.onAck(f);
                 this.emit("ack", f);
                 break;
             case "message":
@@ -326,7 +304,7 @@ export class ImClient {
                         c.mention_unread += 1;
                 }
                 if (this.opts.autoDelivered !== false)
-                    this.queueDelivered(m.conv_id, m.seq);
+                    this.reports.delivered(m.conv_id, m.seq);
             }
             if (m.seq > (this.counted.get(m.conv_id) ?? 0))
                 this.counted.set(m.conv_id, m.seq);
@@ -426,65 +404,15 @@ export class ImClient {
             }
         }
         const frame = { type: "send", conv_id: convId, ...sendBody(body, clientMsgId, opts) };
-        return new Promise((resolve, reject) => {
-            const p = {
-                frame,
-                resolve: (ack) => {
-                    this.ownMessage(ack, body, opts);
-                    resolve(ack);
-                },
-                reject,
-                retryTimer: null,
-                refusals: 0,
-                deadline: g.setTimeout(() => {
-                    this.pending.delete(clientMsgId);
-                    g.clearTimeout(p.retryTimer);
-                    reject(new ImTimeoutError(`no ack for ${clientMsgId}`));
-                }, opts.timeoutMs ?? this.opts.sendTimeoutMs ?? 120000),
-            };
-            this.pending.set(clientMsgId, p);
-            this.transmit(p);
+        this.reports.typingEnded(convId);
+        return this.outbox.send(frame, {
+            timeoutMs: opts.timeoutMs,
+            onAck: (ack) => this.ownMessage(ack, body, opts),
         });
     }
     /** Messages sent but not acked yet (they are sent again after a reconnect). */
     get unacked() {
-        return this.pending.size;
-    }
-    transmit(p) {
-        g.clearTimeout(p.retryTimer);
-        this.socket?.send(p.frame);
-        // sent or not: try again later (a reconnect transmits at once anyway)
-        p.retryTimer = g.setTimeout(() => {
-            if (this.pending.get(p.frame.client_msg_id) === p)
-                this.transmit(p);
-        }, this.opts.ackTimeoutMs ?? 10000);
-    }
-    onAck(a) {
-        const id = a.client_msg_id;
-        if (!id)
-            return;
-        const p = this.pending.get(id);
-        if (!p)
-            return;
-        this.pending.delete(id);
-        g.clearTimeout(p.retryTimer);
-        if (a.ok)
-            g.clearTimeout(p.deadline);
-        if (a.ok)
-            p.resolve(a);
-        else if (RETRIED_CODES.has(a.code) && p.refusals < 8) {
-            // a transient refusal: the same frame again after a back-off
-            p.refusals += 1;
-            this.pending.set(id, p);
-            p.retryTimer = g.setTimeout(() => {
-                if (this.pending.get(id) === p)
-                    this.transmit(p);
-            }, backoffDelay(p.refusals, { baseMs: 200, maxMs: 5000 }));
-        }
-        else {
-            g.clearTimeout(p.deadline);
-            p.reject(new SendError(a.code, a.message, id));
-        }
+        return this.outbox.size;
     }
     /** My own acked message: held here (so it is not pulled again) and reported once. */
     ownMessage(ack, content, opts) {
@@ -511,80 +439,20 @@ export class ImClient {
     read(convId, seq) {
         const c = this.conv(convId);
         this.moveReadCursor(c, seq);
-        if ((this.readQueue.get(convId) ?? 0) < seq)
-            this.readQueue.set(convId, seq);
-        const done = new Promise((resolve, reject) => this.readWaiters.push({ resolve, reject }));
-        this.scheduleReports();
-        return done;
+        return this.reports.read(convId, seq);
     }
     /** Report delivered up to `seq` (done by itself for arriving messages unless
      * `autoDelivered: false`). */
     delivered(convId, seq) {
-        this.queueDelivered(convId, seq);
+        this.reports.delivered(convId, seq);
     }
     /** Tell the others I am typing (at most once per 3 s per conversation). */
     typing(convId) {
-        const now = Date.now();
-        if (now - (this.typingAt.get(convId) ?? 0) < 3000)
-            return false;
-        const sent = this.socket?.send({ type: "typing", conv_id: convId }) ?? false;
-        if (sent)
-            this.typingAt.set(convId, now);
-        return sent;
-    }
-    queueDelivered(convId, seq) {
-        if ((this.deliveredSent.get(convId) ?? 0) >= seq)
-            return;
-        if ((this.deliveredQueue.get(convId) ?? 0) < seq)
-            this.deliveredQueue.set(convId, seq);
-        this.scheduleReports();
-    }
-    scheduleReports() {
-        if (this.reportTimer !== null)
-            return;
-        this.reportTimer = g.setTimeout(() => {
-            this.reportTimer = null;
-            this.flushReports().catch(() => undefined);
-        }, this.opts.reportDelayMs ?? 250);
+        return this.reports.typing(convId);
     }
     /** Send the batched read and delivered reports now. */
-    async flushReports() {
-        g.clearTimeout(this.reportTimer);
-        this.reportTimer = null;
-        const reads = [...this.readQueue];
-        const waiters = this.readWaiters;
-        this.readQueue.clear();
-        this.readWaiters = [];
-        let failed = null;
-        for (const [conv, seq] of reads) {
-            if (this.socket?.send({ type: "read", conv_id: conv, seq })) {
-                this.readOnSocket.set(conv, Math.max(seq, this.readOnSocket.get(conv) ?? 0));
-                continue;
-            }
-            try {
-                await this.api.readRest(conv, seq);
-            }
-            catch (e) {
-                failed = e;
-                if (!(e instanceof ApiError) || e.status >= 500) {
-                    const q = this.readQueue.get(conv) ?? 0;
-                    if (q < seq)
-                        this.readQueue.set(conv, seq); // tried again with the next batch
-                }
-            }
-        }
-        for (const [conv, seq] of [...this.deliveredQueue]) {
-            if (this.socket?.send({ type: "delivered", conv_id: conv, seq })) {
-                this.deliveredQueue.delete(conv);
-                this.deliveredSent.set(conv, Math.max(seq, this.deliveredSent.get(conv) ?? 0));
-                this.deliveredOnSocket.set(conv, Math.max(seq, this.deliveredOnSocket.get(conv) ?? 0));
-            }
-            // else kept until the socket opens (there is no REST delivered report)
-        }
-        for (const w of waiters)
-            (failed ? w.reject(failed) : w.resolve());
-        if (this.readQueue.size && this.running)
-            this.scheduleReports();
+    flushReports() {
+        return this.reports.flush();
     }
     // ---- the sync recipe -----------------------------------------------------------
     /** Catch up: sync pages from the last version while has_more, then pull the seq

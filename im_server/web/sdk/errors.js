@@ -16,10 +16,14 @@ export class ApiError extends Error {
 /** A send refused by the server (`ack` with `ok: false`). Not retried. */
 export class SendError extends Error {
     code;
+    detail;
     clientMsgId;
-    constructor(code, message, clientMsgId) {
-        super(`${code}: ${message}`);
+    constructor(code, 
+    /** the server's message alone (`message` is prefixed with the code) */
+    detail, clientMsgId) {
+        super(`${code}: ${detail}`);
         this.code = code;
+        this.detail = detail;
         this.clientMsgId = clientMsgId;
         this.name = "SendError";
     }

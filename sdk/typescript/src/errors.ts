@@ -15,10 +15,11 @@ export class ApiError extends Error {
 export class SendError extends Error {
   constructor(
     readonly code: string,
-    message: string,
+    /** the server's message alone (`message` is prefixed with the code) */
+    readonly detail: string,
     readonly clientMsgId: string,
   ) {
-    super(`${code}: ${message}`);
+    super(`${code}: ${detail}`);
     this.name = "SendError";
   }
 }

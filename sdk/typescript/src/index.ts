@@ -8,10 +8,14 @@ export type {
   SyncResult,
 } from "./client.js";
 export { ApiError, ImTimeoutError, SendError } from "./errors.js";
-export { Http, convPath } from "./http.js";
+export { Http, convPath, sendBody } from "./http.js";
 export type { HistoryQuery, Query, SendOptions } from "./http.js";
 export { ReconnectingSocket, backoffDelay } from "./socket.js";
 export type { BackoffOptions, ConnectionStatus } from "./socket.js";
+export { Outbox, RETRIED_CODES } from "./outbox.js";
+export type { OutboxOptions } from "./outbox.js";
+export { Reporter } from "./reports.js";
+export type { ReporterOptions } from "./reports.js";
 export { MemoryStorage } from "./storage.js";
 export type { StateStorage } from "./storage.js";
 export { ConvCursor, SyncState } from "./syncstate.js";
