@@ -46,12 +46,9 @@ export class Api {
     }
   }
 
-  // the ones without a session, and the shapes the engine asks for
+  // the ones without a session, and the search signature the views use
   register(username, password) { return this.call(() => Http.register(this.base, username, password)); }
   login(username, password, deviceId) { return this.call(() => Http.login(this.base, username, password, deviceId)); }
-  sync(since, { wait = 0, recent = 20, limit = 100, signal } = {}) {
-    return this.call((h) => h.sync({ since, wait, recent, limit }, signal));
-  }
   search(q, { convId, limit, before, signal } = {}) {
     return this.call((h) => h.search(q, { convId, limit, before }, signal));
   }

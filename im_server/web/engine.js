@@ -6,15 +6,18 @@
 // A long-polling sync runs all along: it keeps states (new conversations, cursors,
 // unread counts) fresh, and carries the page while the WebSocket is down. Friend
 // requests are polled (the server pushes none).
+// The protocol steps are the SDK's (./sdk, compiled from sdk/typescript): REST, the
+// socket, sync pages, range pulls, sends until acked, batched reports, typing. This file
+// keeps what the views need on top: the held segment of each conversation (its gaps,
+// older pages, jumps to a search hit), pending messages, quotes, reactions, presence.
 
-import { Outbox, Reporter, newId, sendBody } from './sdk/index.js';
+import { GAP_RETRY_MS, Outbox, Reporter, newId, pullPages, sendBody, syncPages } from './sdk/index.js';
 import { COUNTABLE } from './store.js';
 import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploads.js';
 
 const PAGE = 200;
 const MAX_GAP = 1000;          // beyond this, restart the segment at the newest seqs
 const LONG_POLL_S = 25;
-const GAP_RETRY_MS = [60, 120, 250, 500, 1000, 2000];
 const REQUESTS_EVERY_MS = 5000;
 const ACK_TIMEOUT_MS = 8000;
 const REPORT_DELAY_MS = 150;  // read and delivered reports are sent in batches
@@ -147,14 +150,10 @@ export class Engine {
     const ctrl = new AbortController();
     this.pollAbort = ctrl;
     try {
-      for (let page = 0; page < 50; page += 1) {
-        const since = this.store.version;
-        this.longPolling = page === 0 && wait > 0;
-        const ans = await this.api.sync(since, { wait: page === 0 ? wait : 0, signal: ctrl.signal });
-        this.longPolling = false;
-        this.applySync(ans);
-        if (!ans.has_more || this.store.version === since) break;
-      }
+      await syncPages(this.api, () => this.store.version, (ans) => this.applySync(ans), {
+        wait, recent: 20, limit: 100, signal: ctrl.signal, maxPages: 50,
+        onLongPoll: (on) => { this.longPolling = on; },
+      });
     } finally {
       this.longPolling = false;
       if (this.pollAbort === ctrl) this.pollAbort = null;
@@ -219,15 +218,14 @@ export class Engine {
           c.olderEnd = false;
           begin = c.top + 1;
         }
-        const hi = Math.min(end, begin + PAGE - 1);
-        const ans = await this.api.history(c.id, { begin, end: hi, limit: PAGE, order: 'asc' });
-        c.setWindow(ans.min_seq, null);
-        if (ans.max_seq > c.maxSeq) c.maxSeq = ans.max_seq;
-        this.received(c, ans.messages || [], false);
-        const covered = Math.min(hi, ans.max_seq);
-        if (covered >= begin) c.resolveTo(covered);
-        this.store.changed('messages', c.id);
-        if (covered < hi) {
+        const rest = await pullPages(this.api, c.id, begin, end, (ans, from, covered) => {
+          c.setWindow(ans.min_seq, null);
+          if (ans.max_seq > c.maxSeq) c.maxSeq = ans.max_seq;
+          this.received(c, ans.messages || [], false);
+          if (covered >= from) c.resolveTo(covered);
+          this.store.changed('messages', c.id);
+        }, PAGE);
+        if (rest !== null) {
           // allocated but not persisted yet (a push outran the writer): try again soon
           if (retries >= GAP_RETRY_MS.length) break;
           await sleep(GAP_RETRY_MS[retries]);

@@ -3,6 +3,7 @@ export { ApiError, ImTimeoutError, SendError } from "./errors.js";
 export { Http, convPath, sendBody } from "./http.js";
 export { ReconnectingSocket, backoffDelay } from "./socket.js";
 export { Outbox, RETRIED_CODES } from "./outbox.js";
+export { GAP_RETRY_MS, pullPages, syncPages } from "./recipe.js";
 export { Reporter } from "./reports.js";
 export { MemoryStorage } from "./storage.js";
 export { ConvCursor, SyncState } from "./syncstate.js";

@@ -14,6 +14,7 @@ import { ApiError, ImTimeoutError } from "./errors.js";
 import { type HistoryQuery, Http, type SendOptions, sendBody } from "./http.js";
 import { type BackoffOptions, type ConnectionStatus, ReconnectingSocket, backoffDelay } from "./socket.js";
 import { Outbox } from "./outbox.js";
+import { GAP_RETRY_MS, pullPages, syncPages } from "./recipe.js";
 import { Reporter } from "./reports.js";
 import { MemoryStorage, type StateStorage } from "./storage.js";
 import { type SeqRange, SyncState, type SyncStateSnapshot } from "./syncstate.js";
@@ -28,7 +29,6 @@ import type {
   ReadPush,
   ReceiptPush,
   ServerFrame,
-  SyncPage,
   SyncedGroupState,
   SyncedSingleState,
   TypingPush,
@@ -627,31 +627,36 @@ export class ImClient {
     let messages = 0;
     let conversations = 0;
     const ranges: SeqRange[] = [];
-    for (let page = 0; ; page++) {
-      const since = this.sync_.version;
-      let ans: SyncPage;
-      const w = page === 0 ? wait : 0;
-      if (w > 0) {
-        const ctrl = g.AbortController ? new g.AbortController() : null;
-        this.pollAbort = ctrl;
-        try {
-          ans = await this.api.sync({ since, wait: w, recent: this.opts.recent }, ctrl?.signal);
-        } catch (e) {
-          if (ctrl?.signal.aborted) return { messages, conversations, version: this.sync_.version };
-          throw e;
-        } finally {
-          if (this.pollAbort === ctrl) this.pollAbort = null;
-        }
-      } else {
-        ans = await this.api.sync({ since, recent: this.opts.recent });
+    const ctrl = wait > 0 && g.AbortController ? new g.AbortController() : null;
+    try {
+      await syncPages(
+        this.api,
+        () => this.sync_.version,
+        (ans) => {
+          ranges.push(...this.sync_.apply(ans));
+          for (const st of ans.conversations) {
+            conversations += 1;
+            this.applyState(st);
+            messages += this.deliver(this.sync_.add(st.messages ?? []));
+          }
+        },
+        {
+          wait,
+          recent: this.opts.recent,
+          signal: ctrl?.signal,
+          // only the long poll is cut short (by sync(), a reopened socket, close)
+          onLongPoll: (on) => {
+            if (on) this.pollAbort = ctrl;
+            else if (this.pollAbort === ctrl) this.pollAbort = null;
+          },
+        },
+      );
+    } catch (e) {
+      if (ctrl?.signal.aborted) {
+        for (const r of ranges) this.sync_.release(...r);
+        return { messages, conversations, version: this.sync_.version };
       }
-      ranges.push(...this.sync_.apply(ans));
-      for (const st of ans.conversations) {
-        conversations += 1;
-        this.applyState(st);
-        messages += this.deliver(this.sync_.add(st.messages ?? []));
-      }
-      if (!ans.has_more || this.sync_.version === since) break;
+      throw e;
     }
     messages += await this.pullAll(ranges);
     await this.save();
@@ -687,28 +692,28 @@ export class ImClient {
    * available yet or null]. A page spans at most `limit` seqs (the server keeps the
    * seqs nearest `end`). */
   private async pull(convId: string, begin: number, end: number): Promise<[number, number | null]> {
-    const size = Math.min(200, this.opts.pageSize ?? 200);
     let cur = begin;
     let fresh = 0;
     try {
-      while (cur <= end) {
-        const hi = Math.min(end, cur + size - 1);
-        const ans = await this.api.history(convId, { begin: cur, end: hi, limit: size, order: "asc" });
-        this.sync_.observeWindow(convId, ans.min_seq);
-        fresh += this.deliver(this.sync_.add(ans.messages));
-        const covered = Math.min(hi, ans.max_seq);
-        this.sync_.markPulled(convId, cur, covered);
-        if (covered < hi) {
-          this.sync_.release(convId, covered + 1, end);
-          return [fresh, covered + 1];
-        }
-        cur = hi + 1;
-      }
+      const rest = await pullPages(
+        this.api,
+        convId,
+        begin,
+        end,
+        (ans, from, covered) => {
+          this.sync_.observeWindow(convId, ans.min_seq);
+          fresh += this.deliver(this.sync_.add(ans.messages));
+          this.sync_.markPulled(convId, from, covered);
+          cur = Math.max(cur, covered + 1);
+        },
+        this.opts.pageSize ?? 200,
+      );
+      if (rest !== null) this.sync_.release(convId, rest, end);
+      return [fresh, rest];
     } catch (e) {
       this.sync_.release(convId, cur, end);
       throw e;
     }
-    return [fresh, null];
   }
 
   private scheduleGapPull(convId: string, upTo: number, delay: number): void {
@@ -726,7 +731,7 @@ export class ImClient {
 
   private async pullGap(convId: string, begin: number, end: number): Promise<void> {
     let [, rest] = await this.pull(convId, begin, end);
-    for (const delay of [50, 100, 200, 400, 800, 1600]) {
+    for (const delay of GAP_RETRY_MS) {
       if (rest === null || !this.running) return;
       await sleep(delay);
       const claimed = this.sync_.claim(convId, rest, end);

@@ -14,6 +14,8 @@ export { ReconnectingSocket, backoffDelay } from "./socket.js";
 export type { BackoffOptions, ConnectionStatus } from "./socket.js";
 export { Outbox, RETRIED_CODES } from "./outbox.js";
 export type { OutboxOptions } from "./outbox.js";
+export { GAP_RETRY_MS, pullPages, syncPages } from "./recipe.js";
+export type { SyncPagesOptions } from "./recipe.js";
 export { Reporter } from "./reports.js";
 export type { ReporterOptions } from "./reports.js";
 export { MemoryStorage } from "./storage.js";
