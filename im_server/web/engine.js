@@ -11,7 +11,9 @@
 // keeps what the views need on top: the held segment of each conversation (its gaps,
 // older pages, jumps to a search hit), pending messages, quotes, reactions, presence.
 
-import { GAP_RETRY_MS, Outbox, Reporter, newId, pullPages, sendBody, syncPages } from './sdk/index.js';
+import {
+  GAP_RETRY_MS, Outbox, Reporter, backoffDelay, newId, pullPages, sendBody, syncPages,
+} from './sdk/index.js';
 import { COUNTABLE } from './store.js';
 import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploads.js';
 
@@ -139,7 +141,7 @@ export class Engine {
         failures += 1;
         await new Promise((r) => {
           this.wake = r;
-          setTimeout(r, Math.min(10000, 500 * 2 ** Math.min(failures, 5)));
+          setTimeout(r, backoffDelay(failures, { baseMs: 500, maxMs: 10000 }));
         });
         this.wake = null;
       }
