@@ -14,6 +14,8 @@ export class Reporter {
     deliveredQueue = new Map();
     deliveredSent = new Map();
     readOnSocket = new Map();
+    /** the highest read seq reported per conversation: a lower one is not sent after it */
+    readSent = new Map();
     deliveredOnSocket = new Map();
     timer = null;
     /** REST read reports that failed in a row (the next try backs off) */
@@ -101,12 +103,16 @@ export class Reporter {
         let failed = null;
         let again = false;
         for (const [conv, seq] of reads) {
+            if (seq < (this.readSent.get(conv) ?? 0))
+                continue; // the cursor is past it already
             if (this.write({ type: "read", conv_id: conv, seq })) {
                 this.readOnSocket.set(conv, Math.max(seq, this.readOnSocket.get(conv) ?? 0));
+                this.readSent.set(conv, Math.max(seq, this.readSent.get(conv) ?? 0));
                 continue;
             }
             try {
                 await this.readRest(conv, seq);
+                this.readSent.set(conv, Math.max(seq, this.readSent.get(conv) ?? 0));
             }
             catch (e) {
                 failed = e;

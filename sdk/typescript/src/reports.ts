@@ -20,6 +20,8 @@ export class Reporter {
   private deliveredQueue = new Map<string, number>();
   private deliveredSent = new Map<string, number>();
   private readOnSocket = new Map<string, number>();
+  /** the highest read seq reported per conversation: a lower one is not sent after it */
+  private readSent = new Map<string, number>();
   private deliveredOnSocket = new Map<string, number>();
   private timer: unknown = null;
   /** REST read reports that failed in a row (the next try backs off) */
@@ -107,12 +109,15 @@ export class Reporter {
     let failed: Error | null = null;
     let again = false;
     for (const [conv, seq] of reads) {
+      if (seq < (this.readSent.get(conv) ?? 0)) continue; // the cursor is past it already
       if (this.write({ type: "read", conv_id: conv, seq })) {
         this.readOnSocket.set(conv, Math.max(seq, this.readOnSocket.get(conv) ?? 0));
+        this.readSent.set(conv, Math.max(seq, this.readSent.get(conv) ?? 0));
         continue;
       }
       try {
         await this.readRest(conv, seq);
+        this.readSent.set(conv, Math.max(seq, this.readSent.get(conv) ?? 0));
       } catch (e) {
         failed = e as Error;
         // a refusal (4xx) is final; unreachable (no status, or 0) or 5xx: again later
