@@ -2,7 +2,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { ImClient, type ImClientOptions, MemoryStorage, type Message } from "../src/index.js";
+import WS from "ws";
+
+import { ImClient, type ImClientOptions, MemoryStorage, type Message, type WebSocketConstructor } from "../src/index.js";
 import { TestServer } from "./server.js";
 
 let server: TestServer;
@@ -241,5 +243,40 @@ describe("ImClient", () => {
     const ack = await alice.send(conv, "while polling");
     await until("long poll delivers", () => polled.some((m) => m.seq === ack.seq));
     assert.equal(bobC.state.get(conv)?.unread, 1);
+  });
+
+  test("runs on the `ws` package passed as the WebSocket option (Node 20 without a global)", async () => {
+    // counts the sockets made, so the test shows `ws` carried them, not a global WebSocket
+    let made = 0;
+    class CountingWS extends WS {
+      constructor(url: string) {
+        super(url);
+        made += 1;
+      }
+    }
+    const WebSocket = CountingWS as unknown as WebSocketConstructor;
+    const alice = await user("alice", { WebSocket });
+    const bob = await user("bob", { WebSocket });
+    const conv = await friends(alice, bob);
+    await alice.connect();
+    await bob.connect();
+    assert.ok(alice.connected && bob.connected);
+    assert.equal(made, 2);
+    const got: Message[] = [];
+    bob.on("message", (m) => {
+      if (m.conv_id === conv && m.content_type === "text") got.push(m);
+    });
+    const ack = await alice.send(conv, { text: "over ws" });
+    assert.equal(ack.ok, true);
+    await until("bob gets the push", () => got.length === 1);
+    assert.deepEqual([got[0]?.seq, got[0]?.content], [ack.seq, { text: "over ws" }]);
+    // and back the other way
+    const aliceGot: Message[] = [];
+    alice.on("message", (m) => {
+      if (m.conv_id === conv && m.content_type === "text") aliceGot.push(m);
+    });
+    const ack2 = await bob.send(conv, "reply");
+    await until("alice gets the reply", () => aliceGot.some((m) => m.seq === ack2.seq));
+    assert.equal(ack2.seq, ack.seq + 1);
   });
 });
