@@ -8,8 +8,9 @@
 // requests are polled (the server pushes none).
 // The protocol steps are the SDK's (./sdk, compiled from sdk/typescript): REST, the
 // socket, sync pages, range pulls, sends until acked, batched reports, typing. This file
-// keeps what the views need on top: the held segment of each conversation (its gaps,
-// older pages, jumps to a search hit), pending messages, quotes, reactions, presence.
+// keeps what the views need on top: when to pull each conversation's gaps and older
+// pages and jump to a search hit (the segment arithmetic is the SDK's Segment), pending
+// messages, quotes, reactions, presence.
 
 import {
   GAP_RETRY_MS, Outbox, Reporter, backoffDelay, newId, pullPages, sendBody, syncPages,
@@ -211,15 +212,10 @@ export class Engine {
     const run = (async () => {
       let retries = 0;
       for (;;) {
-        const gap = c.gap();
-        if (!gap) break;
-        let [begin, end] = gap;
-        if (end - begin + 1 > MAX_GAP) {          // far behind: keep only the newest pages
-          c.msgs.clear();
-          c.startSegment(end - PAGE + 1);
-          c.olderEnd = false;
-          begin = c.top + 1;
-        }
+        // far behind (more than MAX_GAP seqs): keep only the newest page
+        const range = c.seg.nextPull(c.newest, PAGE, MAX_GAP, () => c.msgs.clear());
+        if (!range) break;
+        const [begin, end] = range;
         const rest = await pullPages(this.api, c.id, begin, end, (ans, from, covered) => {
           c.setWindow(ans.min_seq, null);
           if (ans.max_seq > c.maxSeq) c.maxSeq = ans.max_seq;
@@ -248,8 +244,9 @@ export class Engine {
   /** Scrolling up: the page of seqs just below the segment. Returns how many came. */
   async loadOlder(c) {
     if (c.olderEnd || c.loadingOlder) return 0;
-    const end = c.floor - 1;
-    if (end < c.minSeq) { c.olderEnd = true; this.store.changed('messages', c.id); return 0; }
+    const page = c.seg.olderPage(50);
+    if (!page) { this.store.changed('messages', c.id); return 0; }
+    const [begin, end] = page;
     c.loadingOlder = true;
     this.store.changed('messages', c.id);
     try {
@@ -257,9 +254,7 @@ export class Engine {
       c.setWindow(ans.min_seq, null);
       const fresh = c.add(ans.messages || []);
       this.refetchStale(c);
-      c.floor = Math.min(c.floor, Math.max(ans.min_seq, end - 50 + 1));
-      c.advance();
-      if (ans.is_end || c.floor <= c.minSeq) c.olderEnd = true;
+      c.seg.coveredOlder(begin, ans.min_seq, ans.is_end);
       return fresh.length;
     } finally {
       c.loadingOlder = false;
@@ -275,26 +270,25 @@ export class Engine {
   async reveal(c, seq) {
     if (!Number.isInteger(seq) || seq < 1) return false;
     const session = this.store.session;
-    if (!c.segment) c.startSegment(Math.max(seq - REVEAL_MARGIN, c.minSeq));
+    if (!c.segment) c.seg.start(c.seg.revealFloor(seq, REVEAL_MARGIN));
     if (seq > c.top) {
       if (seq > c.maxSeq) c.maxSeq = seq; // persisted: search found it
       await this.pullGap(c);
     }
-    const want = Math.max(c.minSeq, seq - REVEAL_MARGIN);
-    while (this.running && session === this.store.session && c.floor > want && !c.olderEnd) {
+    const want = c.seg.revealFloor(seq, REVEAL_MARGIN);
+    while (this.running && session === this.store.session) {
+      const range = c.seg.towards(want, PAGE);
+      if (!range) break;
       if (c.loadingOlder) { await sleep(50); continue; } // a scroll-up page is on its way
       c.loadingOlder = true;
       this.store.changed('messages', c.id);
       try {
-        const end = c.floor - 1;
-        const begin = Math.max(want, end - PAGE + 1);
+        const [begin, end] = range;
         const ans = await this.api.history(c.id, { begin, end, limit: PAGE, order: 'desc' });
         c.setWindow(ans.min_seq, null);
         c.add(ans.messages || []);
         this.refetchStale(c);
-        c.floor = Math.min(c.floor, Math.max(ans.min_seq, begin));
-        c.advance();
-        if (c.floor <= c.minSeq) c.olderEnd = true;
+        c.seg.coveredOlder(begin, ans.min_seq);
       } finally {
         c.loadingOlder = false;
         this.store.changed('messages', c.id);

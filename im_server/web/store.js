@@ -1,9 +1,11 @@
 // Client state: me, names, friends, requests and one Conv per conversation. Messages
 // are kept once per (conv_id, seq); each Conv tracks the contiguous segment of seqs it
-// holds ([floor, top]: every seq there is held or known not to exist), which is what
-// the engine uses to find the ranges to pull. Names are a cache (user_id -> username)
+// holds ([floor, top]: every seq there is held or known not to exist) with the SDK's
+// Segment, which is what the engine uses to find the ranges to pull. Names are a cache (user_id -> username)
 // filled from friends, group members and friend requests; a miss asks GET /v1/users/{id}
 // (one request per id at a time) and the views re-render when the name arrives.
+
+import { Segment } from './sdk/index.js';
 
 const LOOKUP_RETRY_MS = 10000; // a lookup that failed (not a 404) is tried again after this
 const DELETED_NAME = 'Deleted account'; // no username can hold a space
@@ -26,6 +28,8 @@ export class Conv {
       this.peerId = a === meId ? b : a;
     }
     this.meId = meId;
+    this.msgs = new Map();     // seq -> message
+    this.seg = new Segment((s) => this.msgs.has(s)); // the held segment [floor, top] and minSeq
     this.name = null;
     this.role = null;
     this.active = true;
@@ -33,7 +37,6 @@ export class Conv {
     this.muted = false;        // my settings (§5.5a): muted counts only mentions in the badge
     this.pinned = false;       // pinned conversations are listed first
     this.known = false;        // a server state was applied
-    this.minSeq = 1;
     this.maxSeq = 0;           // persisted end of my window, from the server
     this.readSeq = 0;
     this.unreadBase = 0;       // the server's unread count as of baseMax
@@ -42,11 +45,6 @@ export class Conv {
     this.peerReadSeq = 0;
     this.peerDeliveredSeq = 0;
     this.lastMessage = null;
-    this.msgs = new Map();     // seq -> message
-    this.segment = false;      // floor/top are set
-    this.floor = 1;
-    this.top = 0;
-    this.olderEnd = false;
     this.pending = new Map();  // client_msg_id -> local message not acked yet
     this.recalledSeqs = new Set();
     this.edits = new Map();    // seq -> the newest edit notice seen {at, content}
@@ -87,39 +85,31 @@ export class Conv {
     }
   }
 
+  // The segment's state, read by the engine and the views (the arithmetic is the SDK's)
+  get minSeq() { return this.seg.minSeq; }
+  get segment() { return this.seg.started; }
+  get floor() { return this.seg.floor; }
+  get top() { return this.seg.top; }
+  get olderEnd() { return this.seg.olderEnd; }
+
   startSegment(floor) {
-    this.segment = true;
-    this.floor = floor;
-    this.top = floor - 1;
-    this.olderEnd = floor <= this.minSeq;
-    this.advance();
+    this.seg.start(floor);
   }
 
   setWindow(minSeq, maxSeq) {
     if (minSeq != null && minSeq > this.minSeq) {
       for (const s of [...this.msgs.keys()]) if (s < minSeq) this.msgs.delete(s);
-      this.minSeq = minSeq;
+      this.seg.minSeq = minSeq;
     } else if (minSeq != null && !this.known) {
-      this.minSeq = minSeq;
+      this.seg.minSeq = minSeq;
     }
-    if (this.segment) {
-      if (this.floor < this.minSeq) this.floor = this.minSeq;
-      if (this.top < this.floor - 1) this.top = this.floor - 1;
-      if (this.floor <= this.minSeq) this.olderEnd = true;
-    }
+    this.seg.clamp();
     if (maxSeq != null) this.maxSeq = maxSeq;
-  }
-
-  advance() {
-    while (this.msgs.has(this.top + 1)) this.top += 1;
-    while (this.floor - 1 >= this.minSeq && this.msgs.has(this.floor - 1)) this.floor -= 1;
-    if (this.floor <= this.minSeq) this.olderEnd = true;
   }
 
   // Everything in [top+1, seq] that is not held does not exist for me.
   resolveTo(seq) {
-    if (seq > this.top) this.top = seq;
-    this.advance();
+    this.seg.resolveTo(seq);
   }
 
   /** Add messages; returns those not held before. */
@@ -152,10 +142,7 @@ export class Conv {
       if (msg.sender_id != null) this.typing.delete(msg.sender_id);
       fresh.push(msg);
     }
-    if (fresh.length) {
-      if (!this.segment) this.startSegment(Math.min(...fresh.map((m) => m.seq)));
-      this.advance();
-    }
+    this.seg.took(fresh.map((m) => m.seq));
     return fresh;
   }
 
@@ -210,11 +197,14 @@ export class Conv {
     return max;
   }
 
+  /** The newest known seq: the server's max_seq or a held one above it. */
+  get newest() {
+    return Math.max(this.maxSeq, this.maxHeld);
+  }
+
   /** The seqs to pull to close the segment up to the newest known seq, or null. */
   gap() {
-    if (!this.segment) return null;
-    const target = Math.max(this.maxSeq, this.maxHeld);
-    return this.top < target ? [this.top + 1, target] : null;
+    return this.seg.gap(this.newest);
   }
 
   get unread() {

@@ -6,5 +6,6 @@ export { Outbox, RETRIED_CODES } from "./outbox.js";
 export { GAP_RETRY_MS, pullPages, syncPages } from "./recipe.js";
 export { Reporter } from "./reports.js";
 export { MemoryStorage } from "./storage.js";
+export { Segment } from "./segment.js";
 export { ConvCursor, SyncState } from "./syncstate.js";
 export { newId } from "./env.js";

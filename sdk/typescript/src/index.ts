@@ -20,6 +20,7 @@ export { Reporter } from "./reports.js";
 export type { ReporterOptions } from "./reports.js";
 export { MemoryStorage } from "./storage.js";
 export type { StateStorage } from "./storage.js";
+export { Segment } from "./segment.js";
 export { ConvCursor, SyncState } from "./syncstate.js";
 export type { Interval, SeqRange, SyncStateSnapshot } from "./syncstate.js";
 export { newId } from "./env.js";
