@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from im_server import metrics
+from im_server.gateway.corked import ROUND, direct_protocol, still_open, text_frame, writable
 from im_server.protocol.close_codes import CloseCode
 
 log = logging.getLogger("im_server.hub")
@@ -43,8 +44,10 @@ async def _finish(coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
 class Conn:
     """One WebSocket. ``push`` sends at once: the ASGI send of the server completes
     without suspending while the socket is writable, so no task or queue is involved per
-    frame. When the transport pushes back (a slow reader), frames wait in a bounded
-    backlog drained by a task; a client past the bound is dropped."""
+    frame. Behind uvicorn's WebSocket protocol, the frames pushed in one round of the loop
+    are written together at its end instead (``corked``). When the transport pushes back
+    (a slow reader), frames wait in a bounded backlog drained by a task; a client past
+    the bound is dropped."""
 
     __slots__ = (
         "id",
@@ -58,6 +61,8 @@ class Conn:
         "tasks",
         "send_chain",
         "_drainer",
+        "_proto",
+        "_out",
     )
 
     def __init__(
@@ -81,10 +86,20 @@ class Conn:
         # reads the store first); later sends wait for it, so seqs follow sending order
         self.send_chain: asyncio.Task[None] | None = None
         self._drainer: asyncio.Task[None] | None = None
+        self._proto = direct_protocol(send)  # frames written through it (see corked)
+        self._out: list[str] | None = None  # frames of this round, written by flush
 
     def push(self, text: str) -> bool:
         if self.closing:
             return False
+        out = self._out
+        if out is not None:
+            out.append(text)
+            return True
+        if self.backlog is None and self._proto is not None and writable(self._proto):
+            self._out = [text]
+            ROUND.add(self)
+            return True
         if self.backlog is not None:
             if len(self.backlog) >= self.max_backlog:
                 metrics.DROPPED_SLOW.inc()
@@ -105,6 +120,18 @@ class Conn:
         self._drainer = asyncio.get_running_loop().create_task(self._drain(coro, waiting))
         return True
 
+    def flush(self) -> None:
+        """Write the frames of this round in one write (dropped if the socket closed in
+        between: the client catches up when it reconnects)."""
+        out, self._out = self._out, None
+        if not out or self.closing or self._proto is None:
+            return
+        proto = self._proto
+        if not still_open(proto):
+            self.closing = True
+            return
+        proto.transport.write(b"".join([text_frame(t.encode()) for t in out]))
+
     async def _drain(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
         try:
             await _finish(coro, waiting)
@@ -118,6 +145,7 @@ class Conn:
     def close(self, code: int, reason: str = "") -> None:
         if self.closing:
             return
+        self.flush()  # frames pushed before the close go first
         self.closing = True
         if self._drainer is not None:
             self._drainer.cancel()
