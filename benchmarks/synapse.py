@@ -8,7 +8,8 @@ its wheel into its own venv under ``.bench/synapse/`` (git-ignored) on first use
 into the project's venv. It runs as one process on a PostgreSQL of its own (the embedded
 one, fsync on, as for im-server), on 127.0.0.1 only, with a generated ``homeserver.yaml``:
 a random registration secret, rate limits lifted, no federation listener, no media
-repository, log to a file at WARNING. Everything else is Synapse's default (presence on).
+repository, log to a file at WARNING. Everything else is Synapse's default (presence on;
+``--no-presence`` turns it off).
 
 Workload, the same on both: ``--pairs`` senders, each keeping ``--window`` sends in
 flight in a room (a conversation) of its own with one receiver, for ``--duration``
@@ -119,7 +120,9 @@ def signing_key() -> str:
     return f"ed25519 a_bench {seed}\n"
 
 
-def homeserver_config(folder: Path, port: int, pg: dict[str, Any], secret: str) -> dict[str, Any]:
+def homeserver_config(
+    folder: Path, port: int, pg: dict[str, Any], secret: str, *, presence: bool = True
+) -> dict[str, Any]:
     """``homeserver.yaml`` for the benchmark (JSON is YAML): client API on 127.0.0.1 only,
     no federation listener, no media repository, no rate limits, fast password hashing
     (users are made by the setup), logs at WARNING in a file."""
@@ -158,6 +161,7 @@ def homeserver_config(folder: Path, port: int, pg: dict[str, Any], secret: str) 
         "suppress_key_server_warning": True,
         "federation_domain_whitelist": [],
         "enable_metrics": False,
+        "presence": {"enabled": presence},
         **limits,
     }
 
@@ -231,7 +235,7 @@ async def create_database(pg: EmbeddedPostgres, name: str) -> None:
 class SynapseServer:
     """Synapse on its own embedded PostgreSQL under ``folder``."""
 
-    def __init__(self, python: Path, folder: Path) -> None:
+    def __init__(self, python: Path, folder: Path, *, presence: bool = True) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.pg = start_postgres(folder / "pg", fsync=True)
@@ -247,7 +251,11 @@ class SynapseServer:
             "port": self.pg.port,
         }
         conf = folder / "homeserver.yaml"
-        conf.write_text(json.dumps(homeserver_config(folder, self.port, pg_args, self.secret)))
+        conf.write_text(
+            json.dumps(
+                homeserver_config(folder, self.port, pg_args, self.secret, presence=presence)
+            )
+        )
         conf.chmod(0o600)
         (folder / "log.yaml").write_text(json.dumps(log_config(folder / "homeserver.log")))
         (folder / "signing.key").write_text(signing_key())
@@ -568,7 +576,7 @@ def run_synapse(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     python = synapse_python()
     console.print(f"starting PostgreSQL and Synapse {SYNAPSE_VERSION} …")
     t0 = time.monotonic()
-    server = SynapseServer(python, tmp / "synapse")
+    server = SynapseServer(python, tmp / "synapse", presence=not args.no_presence)
     try:
         console.print(f"Synapse ready in {time.monotonic() - t0:.0f} s; making users and rooms …")
 
@@ -590,6 +598,7 @@ def run_synapse(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             out["limited_syncs"] = st.limited_syncs
             out["errors"] = st.errors[:5]
             out["version"] = SYNAPSE_VERSION
+            out["presence"] = not args.no_presence
             return out
 
         return asyncio.run(go())
@@ -754,6 +763,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of load per server")
     ap.add_argument("--size", type=int, default=60, help="text length of each message")
     ap.add_argument("--synapse-only", action="store_true", help="skip im-server")
+    ap.add_argument(
+        "--no-presence", action="store_true", help="Synapse with presence off (default: on)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     report(run(args), args.json, print_table)

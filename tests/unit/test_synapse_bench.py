@@ -53,8 +53,10 @@ def test_config_loopback_client_only_no_limits(tmp_path: Path) -> None:
         assert conf[key]["per_second"] >= 100_000
     for key, subs in NESTED_RATE_LIMITS.items():
         assert all(conf[key][s]["burst_count"] >= 100_000 for s in subs)
-    other = homeserver_config(tmp_path, 8123, PG, "the-secret")
+    assert conf["presence"] == {"enabled": True}  # Synapse's default, kept
+    other = homeserver_config(tmp_path, 8123, PG, "the-secret", presence=False)
     assert other["macaroon_secret_key"] != conf["macaroon_secret_key"]
+    assert other["presence"] == {"enabled": False}
 
 
 def test_log_config_warning_to_a_file(tmp_path: Path) -> None:
