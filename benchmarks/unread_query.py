@@ -1,6 +1,6 @@
 """The unread-count query at scale: one user in 200 conversations, ~1,000,000 messages.
 
-    ./scripts/bench unread_query [--runs 200] [--json]
+    ./scripts/bench unread_query [--runs 200] [--fresh 100] [--plan-out FILE] [--json]
 
 Times the production statement, ``im_server.storage.conversations.unread_counts(conn, U)``
 (one SQL statement for all of U's conversations: read cursor, else U's last sent seq,
@@ -16,6 +16,19 @@ dropped (it is created again afterwards). It also sums the badge (unread over th
 conversations U did not mute, mention_unread over those U muted: a window sum over the
 same rows); "without badge" times the counts alone. A seventh of U's conversations are
 muted, a tenth pinned.
+
+Where the time goes, in the same run: the production statement (p50/p95/p99) beside
+variants of it, interleaved in blocks: planned at every execution (as the first five
+executions on each connection are, before the plan cache keeps a generic plan), JIT
+forced (only where the build has JIT), the type test written ``content_type = 'text'
+OR content_type NOT IN (...)`` (the same rows), the counts without their per-entry
+sender/type tests (not the contract's count: the floor of counting index entries one by
+one), and no counts at all; then, not interleaved, the production statement with a
+partial index of the countable rows and again without it. The parts of the custom plan's EXPLAIN ANALYZE: the unread count, the
+cursor fallback inside it, the mention count, the rest, planning (``--plan-out`` writes
+the plan). Last, ``--fresh`` new messages in each of U's conversations after the VACUUM:
+the statement over rows the visibility map does not mark yet (heap fetches), then after
+a VACUUM.
 
 It starts its own PostgreSQL and Redis (embedded, temp folder, fsync OFF: only the bulk
 load writes, the measured part reads) and stops them at the end, also on error.
@@ -174,7 +187,11 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace) -> dict[str, A
     mentioning = await pg.fetchval(
         "SELECT count(*) FROM messages WHERE mention_all OR cardinality(mentions) > 0"
     )
-    size = await pg.fetchval("SELECT pg_size_pretty(pg_total_relation_size('messages'))")
+    # messages is partitioned (migration 0012): the parent holds no rows of its own
+    size = await pg.fetchval(
+        "SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid))) FROM pg_inherits "
+        "WHERE inhparent = 'messages'::regclass"
+    )
     return {
         "user_id": u,
         "users": n_users,
@@ -244,6 +261,7 @@ async def time_statement(conn: AsyncConnection, sql: str, u: int, runs: int) -> 
         ms.append((time.perf_counter() - t) * 1000)
     return {
         "p50_ms": round(pct(ms, 50), 2),
+        "p95_ms": round(pct(ms, 95), 2),
         "p99_ms": round(pct(ms, 99), 2),
         "mean_ms": round(statistics.fmean(ms), 2),
     }
@@ -289,6 +307,178 @@ async def compare(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     }
 
 
+def floor_sql() -> str:
+    """The production statement with the unread count's sender and type tests left out:
+    the same index ranges counted with no test per entry (not the contract's count; the
+    floor of counting the entries one by one)."""
+    tests = f"AND x.sender_id <> m.user_id AND x.content_type NOT IN {conv_store.NOT_COUNTED!r})"
+    sql = conv_store._UNREAD_COUNTS
+    assert tests in sql
+    return sql.replace(tests, ")", 1)
+
+
+def text_first_sql() -> str:
+    """The production statement with the unread count's type test written
+    ``content_type = 'text' OR content_type NOT IN (...)``: the same rows (a text message
+    is never a notice), one comparison instead of four for the commonest type."""
+    test = f"x.content_type NOT IN {conv_store.NOT_COUNTED!r})"
+    sql = conv_store._UNREAD_COUNTS
+    assert test in sql
+    return sql.replace(
+        test, f"(x.content_type = 'text' OR x.content_type NOT IN {conv_store.NOT_COUNTED!r}))", 1
+    )
+
+
+# a partial index of the rows that can count as unread: no type test per entry
+_COUNTABLE_INDEX = (
+    f"(conv_id, seq) INCLUDE (sender_id) WHERE content_type NOT IN {conv_store.NOT_COUNTED!r}"
+)
+
+
+def skeleton_sql() -> str:
+    """The production statement without its counts: U's member rows, the join and the
+    window sum (what the statement costs besides counting)."""
+    return (
+        "WITH t AS MATERIALIZED (SELECT m.conv_id, m.muted, 1::bigint AS unread, "
+        "0::bigint AS mention_unread FROM conv_members m JOIN conversations c "
+        "ON c.conv_id = m.conv_id WHERE m.user_id = :u) "
+        "SELECT conv_id, unread, mention_unread, "
+        "sum(CASE WHEN muted THEN mention_unread ELSE unread END) OVER () "
+        "FROM t WHERE unread > 0 ORDER BY conv_id"
+    )
+
+
+# settings a variant runs under, on the benchmark's connection (RESET after)
+_VARIANT_SETTINGS = {
+    # JIT as a custom plan past jit_above_cost gets it (the server turns JIT off)
+    "jit_forced": [
+        "SET jit = on",
+        "SET jit_above_cost = 0",
+        "SET jit_inline_above_cost = 0",
+        "SET jit_optimize_above_cost = 0",
+    ],
+    # planned at every execution, as the first five executions on each connection are
+    "custom_plan_each_time": ["SET plan_cache_mode = force_custom_plan"],
+}
+
+
+async def costs(stores: Stores, args: argparse.Namespace, u: int) -> dict[str, Any]:
+    """The production statement (counts + mention_unread + badge) beside variants that
+    say where its time goes, interleaved in blocks on one connection: JIT forced, a new
+    plan each time, the counts without their per-entry tests (the floor of counting
+    entries), and the statement without counts."""
+    engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
+    runs = max(10, args.runs // 4)
+    names = ["production", *_VARIANT_SETTINGS, "text_first", "count_floor", "no_counts"]
+    try:
+        async with engine.connect() as conn:
+            # a build without LLVM (the embedded one) never compiles: no JIT to time
+            jit = bool((await conn.execute(text("SELECT pg_jit_available()"))).scalar())
+            if not jit:
+                names.remove("jit_forced")
+            got: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+            for _ in range(4):
+                for name in names:
+                    sql = {
+                        "count_floor": floor_sql(),
+                        "no_counts": skeleton_sql(),
+                        "text_first": text_first_sql(),
+                    }.get(name, conv_store._UNREAD_COUNTS)
+                    # a text of its own: a new prepared statement, planned under the
+                    # variant's settings (a cached plan keeps the ones it was made under)
+                    sql += f" -- {name}"
+                    for stmt in _VARIANT_SETTINGS.get(name, []):
+                        await conn.execute(text(stmt))
+                    got[name].append(await time_statement(conn, sql, u, runs))
+                    await conn.execute(text("RESET ALL"))
+            await conn.rollback()
+            # the production statement again with a partial index of the countable rows
+            # (the planner picks it for the same SQL), then without it: not interleaved
+            await conn.execute(text(f"CREATE INDEX bench_countable ON messages {_COUNTABLE_INDEX}"))
+            await conn.execute(text("ANALYZE messages"))
+            await conn.commit()
+            plan = "\n".join(
+                r[0]
+                for r in await conn.execute(text("EXPLAIN " + conv_store._UNREAD_COUNTS), {"u": u})
+            )
+            for name in ("countable_index", "production_again"):
+                if name == "production_again":
+                    await conn.execute(text("DROP INDEX bench_countable"))
+                    await conn.commit()
+                sql = conv_store._UNREAD_COUNTS + f" -- {name}"
+                got[name] = [await time_statement(conn, sql, u, runs) for _ in range(2)]
+                await conn.rollback()
+    finally:
+        await engine.dispose()
+    out: dict[str, Any] = {
+        n: {k: round(statistics.median(x[k] for x in xs), 2) for k in xs[0]}
+        for n, xs in got.items()
+    }
+    out["countable_index_used"] = "bench_countable" in plan or "_conv_id_seq_sender_id_idx" in plan
+    out["runs_per_block"] = runs
+    out["jit_available"] = jit
+    return out
+
+
+async def fresh_rows(
+    pg: asyncpg.Connection, stores: Stores, args: argparse.Namespace, u: int, mine: list[str]
+) -> dict[str, Any]:
+    """``--fresh`` new messages from others in each of U's conversations, inserted after
+    the VACUUM: their pages are not all-visible yet, so the index-only scans read the
+    table for each of them. The statement is timed (and explained) over them, then again
+    once VACUUM has marked them. Last step: it changes the data."""
+    per = args.per_conv
+    await pg.execute(
+        """
+        INSERT INTO messages (conv_id, seq, sender_id, client_msg_id, content_type, content,
+                              server_time, recalled, mentions, mention_all)
+        SELECT b.conv_id, $2::int + s, b.senders[1 + s % cardinality(b.senders)],
+               b.conv_id || '#f' || s, 'text', '{"text": "fresh"}'::jsonb, s, false,
+               '{}'::bigint[], false
+          FROM bench_convs b CROSS JOIN generate_series(1, $3::int) s
+         WHERE b.conv_id = ANY($1::text[])
+        """,
+        mine,
+        per,
+        args.fresh,
+    )
+    await pg.execute(
+        "UPDATE conversations SET max_seq = $2::bigint + $3::bigint, "
+        "seq_reserved = $2::bigint + $3::bigint WHERE conv_id = ANY($1::text[])",
+        mine,
+        per,
+        args.fresh,
+    )
+    engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
+    runs = max(10, args.runs // 4)
+    out: dict[str, Any] = {"fresh_per_conversation": args.fresh, "rows": args.fresh * len(mine)}
+    try:
+        for phase in ("before_vacuum", "after_vacuum"):
+            if phase == "after_vacuum":
+                await pg.execute("VACUUM messages")
+            async with engine.connect() as conn:
+                timed = [
+                    await time_statement(conn, conv_store._UNREAD_COUNTS, u, runs) for _ in range(2)
+                ]
+                await conn.rollback()
+            plan = "\n".join(
+                r[0]
+                for r in await pg.fetch(
+                    "EXPLAIN (ANALYZE, BUFFERS) " + conv_store._UNREAD_COUNTS.replace(":u", "$1"),
+                    u,
+                )
+            )
+            f = plan_facts(plan)
+            out[phase] = {
+                **{k: round(statistics.median(x[k] for x in timed), 2) for k in timed[0]},
+                "heap_fetches": f["heap_fetches"],
+                "execution_ms": f["execution_ms"],
+            }
+    finally:
+        await engine.dispose()
+    return out
+
+
 async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str, Any]:
     engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
     captured: list[tuple[str, Any]] = []
@@ -329,6 +519,7 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
         "one_statement": {
             "runs": len(ms),
             "p50_ms": round(pct(ms, 50), 2),
+            "p95_ms": round(pct(ms, 95), 2),
             "p99_ms": round(pct(ms, 99), 2),
             "mean_ms": round(statistics.fmean(ms), 2),
         },
@@ -425,6 +616,50 @@ def plan_facts(plan: str) -> dict[str, Any]:
         "shared_hit": int(first_buf.group(1)) if first_buf else None,
         "shared_read": int(first_buf.group(2) or 0) if first_buf else None,
         "execution_ms": float(exec_ms.group(1)) if exec_ms else None,
+    }
+
+
+def plan_parts(plan: str) -> dict[str, float | None]:
+    """Where EXPLAIN ANALYZE says the statement's time goes (ms, summed over loops): the
+    unread count subplan (index-only scans of the primary key), the mention_unread
+    subplan (the partial index), the cursor fallback inside them (U's last sent seq,
+    ``messages_sender``), the rest (member rows, join, window sum, sort), and planning.
+    EXPLAIN's own timing makes the counts look slower than they run."""
+    lines = plan.splitlines()
+    unread = mention = fallback = 0.0
+    timed = re.compile(r"actual time=[\d.]+\.\.([\d.]+) rows=[\d.]+ loops=(\d+)")
+    for i, line in enumerate(lines):
+        head = re.match(r"(\s*)(SubPlan|InitPlan) \d+", line)
+        if not head or i + 1 >= len(lines):
+            continue
+        m = timed.search(lines[i + 1])
+        if not m:
+            continue
+        total = float(m.group(1)) * int(m.group(2))
+        depth = len(head.group(1))
+        body = []
+        for nxt in lines[i + 1 :]:
+            if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= depth:
+                break
+            body.append(nxt)
+        text_ = "\n".join(body)
+        if head.group(2) == "InitPlan" and "_sender" in text_ and "Result" in lines[i + 1]:
+            fallback += total
+        elif head.group(2) == "SubPlan" and "Aggregate" in lines[i + 1]:
+            if "_mentions" in text_:
+                mention += total
+            elif "_pkey" in text_:
+                unread += total
+    ex = re.search(r"Execution Time: ([\d.]+) ms", plan)
+    pl = re.search(r"Planning Time: ([\d.]+) ms", plan)
+    execution = float(ex.group(1)) if ex else None
+    return {
+        "unread_count_ms": round(unread, 2),
+        "mention_count_ms": round(mention, 2),
+        "cursor_fallback_ms": round(fallback, 2),
+        "rest_ms": round(execution - unread - mention, 2) if execution is not None else None,
+        "execution_ms": execution,
+        "planning_ms": float(pl.group(1)) if pl else None,
     }
 
 
@@ -586,6 +821,9 @@ async def bench(stores: Stores, args: argparse.Namespace) -> dict[str, Any]:
         timing = await measure(stores, args, data["user_id"])
         plans = await explain(pg, timing["captured_sql"], timing["captured_params"])
         timing["mentions"] = await compare(stores, args, data["user_id"])
+        timing["costs"] = await costs(stores, args, data["user_id"])
+        if args.fresh:
+            timing["fresh"] = await fresh_rows(pg, stores, args, data["user_id"], data["mine"])
     finally:
         await pg.close()
     data.pop("mine")
@@ -610,9 +848,11 @@ async def bench(stores: Stores, args: argparse.Namespace) -> dict[str, Any]:
         "timing": timing,
         "plan": facts,
         "plan_generic": plan_facts(plans["force_generic_plan"]),
+        "plan_parts": plan_parts(plans["auto"]),
     }
     if args.explain_doc:
         write_doc(res, plans, facts)
+    res["plan_text"] = plans["auto"]
     timing.pop("captured_params", None)
     return res
 
@@ -634,6 +874,7 @@ def print_table(res: dict[str, Any]) -> None:
     tab.add_row("statements per user", "1", str(b["statements_per_user"]))
     tab.add_row("runs", str(o["runs"]), str(b["rounds"]))
     tab.add_row("p50", f"{o['p50_ms']} ms", f"{b['p50_ms']} ms")
+    tab.add_row("p95", f"{o['p95_ms']} ms", "")
     tab.add_row("p99", f"{o['p99_ms']} ms", f"{b['p99_ms']} ms")
     tab.add_row("mean", f"{o['mean_ms']} ms", f"{b['mean_ms']} ms")
     console = Console()
@@ -660,6 +901,44 @@ def print_table(res: dict[str, Any]) -> None:
         f"{mt['after_without_mention_index']['p50_ms']}/"
         f"{mt['after_without_mention_index']['p99_ms']} ms"
     )
+    c = t["costs"]
+    ct = Table(title="Where the statement's time goes (same run, interleaved blocks)")
+    for col in ("variant", "p50", "p95", "p99", "mean"):
+        ct.add_column(col, justify="left" if col == "variant" else "right")
+    labels = {
+        "production": "production: counts + mention_unread + badge (cached plan)",
+        "jit_forced": "the same with JIT forced (jit_above_cost = 0)",
+        "custom_plan_each_time": "the same planned at every execution",
+        "text_first": "type test as content_type = 'text' OR NOT IN (...)",
+        "count_floor": "counts without the sender/type tests (floor, not exact)",
+        "no_counts": "no counts: member rows, join, badge sum",
+        "countable_index": "production with a partial index of countable rows (after)",
+        "production_again": "production without it again (after)",
+    }
+    for k, label in labels.items():
+        if k not in c:
+            continue
+        v = c[k]
+        ct.add_row(label, *(f"{v[x]} ms" for x in ("p50_ms", "p95_ms", "p99_ms", "mean_ms")))
+    console.print(ct)
+    if not c["jit_available"]:
+        console.print("JIT: not available in this PostgreSQL build (pg_jit_available() false)")
+    pp = res["plan_parts"]
+    console.print(
+        f"EXPLAIN ANALYZE parts (custom plan, EXPLAIN's timing overhead included): unread "
+        f"count {pp['unread_count_ms']} ms (incl. cursor fallback {pp['cursor_fallback_ms']} "
+        f"ms), mention count {pp['mention_count_ms']} ms, rest {pp['rest_ms']} ms; execution "
+        f"{pp['execution_ms']} ms, planning {pp['planning_ms']} ms"
+    )
+    if "fresh" in t:
+        fr = t["fresh"]
+        bv, av = fr["before_vacuum"], fr["after_vacuum"]
+        console.print(
+            f"{fr['rows']:,} fresh rows ({fr['fresh_per_conversation']} per conversation) not yet "
+            f"vacuumed: p50/p95/p99 {bv['p50_ms']}/{bv['p95_ms']}/{bv['p99_ms']} ms, "
+            f"{bv['heap_fetches']:,} heap fetches; after VACUUM {av['p50_ms']}/{av['p95_ms']}/"
+            f"{av['p99_ms']} ms, {av['heap_fetches']:,} heap fetches"
+        )
     console.print(
         f"badge {t['badge']:,}: the production statement (counts + badge) p50/p99 "
         f"{mt['with_badge']['p50_ms']}/{mt['with_badge']['p99_ms']} ms against the counts "
@@ -677,10 +956,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=10, help="untimed runs of both ways first")
     ap.add_argument("--baseline-rounds", type=int, default=20, help="timed per-conversation rounds")
     ap.add_argument(
+        "--fresh",
+        type=int,
+        default=100,
+        help="new messages per conversation of U inserted after the VACUUM, timed before and "
+        "after a VACUUM marks them (0: skip)",
+    )
+    ap.add_argument(
         "--no-explain-doc",
         dest="explain_doc",
         action="store_false",
         help=f"do not (re)write {EXPLAIN_DOC.relative_to(ROOT)}",
+    )
+    ap.add_argument(
+        "--plan-out", help="write the custom plan (EXPLAIN ANALYZE, BUFFERS) to this file"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
@@ -692,6 +981,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     res = run_with_stores("im-unread-query-", lambda stores: bench(stores, args))
     res["doc"] = bool(args.explain_doc)
+    plan_text = res.pop("plan_text")
+    if args.plan_out:
+        Path(args.plan_out).write_text(plan_text + "\n")
     if args.json:
         print(orjson.dumps(res).decode())
     else:
