@@ -307,6 +307,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="im-server", description="WebSocket instant-messaging server"
@@ -326,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     s.add_argument(
         "--workers",
-        type=int,
+        type=_positive,
         default=None,
         help="server processes sharing the port (SO_REUSEPORT); default IM_WORKERS or the "
         "number of usable cores; 1 serves in this process",

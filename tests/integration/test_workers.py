@@ -17,6 +17,7 @@ import pytest
 from im_server.client import Client, Connection
 from im_server.client.errors import ConnectionLost
 from im_server.config import load_settings
+from im_server.runtime.serve_workers import check_port_free, listening_socket
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user, pg
 
 pytestmark = pytest.mark.timeout(180)
@@ -221,3 +222,20 @@ async def test_one_worker_serves_in_the_process_started(stores: Stores) -> None:
         assert "worker processes" not in srv.log_tail(200)
     finally:
         srv.terminate()
+
+
+def test_a_port_shared_by_workers_is_refused_to_a_second_serve() -> None:
+    """Workers bind with SO_REUSEPORT; the parent's probe binds without, so a second
+    ``serve --workers N`` on a port in use fails instead of joining the first."""
+    a = listening_socket("127.0.0.1", 0)
+    port = a.getsockname()[1]
+    b = listening_socket("127.0.0.1", port)  # a second worker of the same server
+    try:
+        a.listen()
+        b.listen()
+        with pytest.raises(OSError):
+            check_port_free("127.0.0.1", port)
+    finally:
+        a.close()
+        b.close()
+    check_port_free("127.0.0.1", port)  # free again
