@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,8 @@ from im_server import logs
 from im_server.config import Settings, load_settings
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from im_server.runtime.embedded import EmbeddedPostgres, EmbeddedRedis, EmbeddedS3
 
 log = logging.getLogger("im_server.cli")
@@ -77,7 +80,7 @@ def _stop_all(handles: list[object]) -> None:
             log.exception("stopping %r failed", h)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _serve_overrides(args: argparse.Namespace) -> dict[str, object]:
     overrides: dict[str, object] = {}
     if args.host:
         overrides["host"] = args.host
@@ -87,8 +90,88 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["data_dir"] = Path(args.data_dir)
     if args.no_persister:
         overrides["run_persister"] = False
-    settings = load_settings(**overrides)
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    return overrides
+
+
+def _stores_up(settings: Settings, handles: list[object]) -> tuple[Settings, str]:
+    """The embedded stores when no URLs are configured, then the migrations; returns the
+    settings pointing at the stores and what the start-up line says about them."""
+    data_note = "using the configured PostgreSQL and Redis"
+    if settings.embedded:
+        settings, pg, rd = _start_embedded(settings, handles)
+        data_note = (
+            f"data in {settings.data_dir.resolve()} "
+            f"(embedded PostgreSQL {pg.display_url}, Valkey {rd.display_url})"
+        )
+    if settings.embedded_s3:
+        settings, s3 = _start_embedded_s3(settings, handles)
+        data_note += f"; embedded S3 {s3.endpoint} in {settings.data_dir.resolve() / 's3'}"
+    else:
+        data_note += f"; S3 at {settings.s3_endpoint}"
+    from im_server.storage.db import run_migrations
+
+    assert settings.database_url
+    run_migrations(settings.database_url)
+    return settings, data_note
+
+
+def _log_stores(settings: Settings) -> None:
+    # store URLs may hold passwords: masked before they reach the logging system
+    log.info(
+        "PostgreSQL %s, Redis %s, S3 %s bucket %s",
+        logs.redact(settings.database_url or ""),
+        logs.redact(settings.redis_url or ""),
+        logs.redact(settings.s3_endpoint or ""),
+        settings.s3_bucket,
+    )
+
+
+def _uvicorn_server(settings: Settings) -> uvicorn.Server:
+    import uvicorn
+
+    from im_server.app import create_app
+    from im_server.gateway.ws import with_websocket
+    from im_server.transport.guard import HttpGuard
+    from im_server.transport.protocol import http_protocol
+
+    config = uvicorn.Config(
+        with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http=http_protocol(settings),
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
+        ws="websockets-sansio",
+        ws_max_size=settings.max_frame_bytes,
+        ws_ping_interval=20,
+        ws_ping_timeout=20,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        backlog=4096,
+    )
+    return uvicorn.Server(config)
+
+
+def _listening_line(settings: Settings, data_note: str, workers: str = "") -> None:
+    where = f"http://{settings.host}:{settings.port}"
+    print(
+        f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws)"
+        f"{workers}; {data_note}",
+        flush=True,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = load_settings(**_serve_overrides(args))
     logs.setup(settings.log_level, settings.log_format)
+    if args.worker_index is not None:
+        return _serve_worker(settings, args.worker_index)
+    if settings.workers > 1:
+        return _serve_workers(settings)
     handles: list[object] = []
     t0 = time.monotonic()
     # SIGTERM stops everything cleanly: during start-up it interrupts; while serving,
@@ -96,67 +179,87 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # which lands here as KeyboardInterrupt, so the embedded stores are stopped below.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        data_note = "using the configured PostgreSQL and Redis"
-        if settings.embedded:
-            settings, pg, rd = _start_embedded(settings, handles)
-            data_note = (
-                f"data in {settings.data_dir.resolve()} "
-                f"(embedded PostgreSQL {pg.display_url}, Valkey {rd.display_url})"
-            )
-        if settings.embedded_s3:
-            settings, s3 = _start_embedded_s3(settings, handles)
-            data_note += f"; embedded S3 {s3.endpoint} in {settings.data_dir.resolve() / 's3'}"
-        else:
-            data_note += f"; S3 at {settings.s3_endpoint}"
-        from im_server.storage.db import run_migrations
-
-        assert settings.database_url
-        run_migrations(settings.database_url)
-        import uvicorn
-
-        from im_server.app import create_app
-        from im_server.gateway.ws import with_websocket
-        from im_server.transport.guard import HttpGuard
-        from im_server.transport.protocol import http_protocol
-
-        where = f"http://{settings.host}:{settings.port}"
-        print(
-            f"im-server listening on {where} (WebSocket {where.replace('http', 'ws')}/v1/ws); {data_note}",
-            flush=True,
-        )
+        settings, data_note = _stores_up(settings, handles)
+        server = _uvicorn_server(settings)
+        _listening_line(settings, data_note)
         log.info("start-up took %.2f s before serving", time.monotonic() - t0)
-        # store URLs may hold passwords: masked before they reach the logging system
-        log.info(
-            "PostgreSQL %s, Redis %s, S3 %s bucket %s",
-            logs.redact(settings.database_url or ""),
-            logs.redact(settings.redis_url or ""),
-            logs.redact(settings.s3_endpoint or ""),
-            settings.s3_bucket,
-        )
-        config = uvicorn.Config(
-            with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
-            host=settings.host,
-            port=settings.port,
-            loop="uvloop",
-            http=http_protocol(settings),
-            proxy_headers=True,
-            forwarded_allow_ips=settings.forwarded_allow_ips,
-            ws="websockets-sansio",
-            ws_max_size=settings.max_frame_bytes,
-            ws_ping_interval=20,
-            ws_ping_timeout=20,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-            backlog=4096,
-        )
-        server = uvicorn.Server(config)
+        _log_stores(settings)
         server.run()
         return 0
     except KeyboardInterrupt:
         return 0
     finally:
         _stop_all(handles)
+
+
+def _serve_workers(settings: Settings) -> int:
+    """The parent of ``--workers N``: stores and migrations once, then the workers
+    (see ``runtime/serve_workers.py``), then the stores are stopped."""
+    from im_server.runtime.serve_workers import Supervisor, check_port_free, metrics_listen_of
+
+    n = settings.workers
+    if not hasattr(socket, "SO_REUSEPORT"):
+        print("--workers > 1 needs SO_REUSEPORT (Linux); use --workers 1", file=sys.stderr)
+        return 2
+    if settings.port == 0:
+        print("--workers > 1 needs a fixed --port", file=sys.stderr)
+        return 2
+    try:
+        check_port_free(settings.host, settings.port)
+    except OSError as e:
+        print(f"cannot listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
+        return 1
+    handles: list[object] = []
+    t0 = time.monotonic()
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        settings, data_note = _stores_up(settings, handles)
+        _log_stores(settings)
+        base = dict(os.environ)  # the embedded stores' URLs are in it by now
+
+        def command(i: int) -> list[str]:
+            cmd = [sys.executable, "-m", "im_server", "serve", "--worker-index", str(i)]
+            return cmd + ["--host", settings.host, "--port", str(settings.port)]
+
+        def env(i: int) -> dict[str, str]:
+            e = {
+                **base,
+                "IM_NODE_NAME": f"{settings.node_name}-{i}",
+                "IM_WORKERS": "1",
+                # one persister per machine, as a single process runs it
+                "IM_RUN_PERSISTER": "true" if settings.run_persister and i == 0 else "false",
+            }
+            if listen := metrics_listen_of(settings.metrics_listen, i):
+                e["IM_METRICS_LISTEN"] = listen
+            return e
+
+        supervisor = Supervisor(n, command, env)
+        _listening_line(settings, data_note, f" with {n} worker processes")
+        log.info("start-up took %.2f s before starting the workers", time.monotonic() - t0)
+        return supervisor.run()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop_all(handles)
+
+
+def _serve_worker(settings: Settings, index: int) -> int:
+    """Worker ``index`` of ``--workers N``: the stores are up and migrated (the parent
+    did it); serve on a SO_REUSEPORT socket of its own."""
+    from im_server.runtime.serve_workers import listening_socket
+
+    if settings.embedded:
+        print("a serve worker needs IM_DATABASE_URL and IM_REDIS_URL", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sock = listening_socket(settings.host, settings.port)
+        server = _uvicorn_server(settings)
+        log.info("worker %d serving (node %s)", index, settings.node_name)
+        server.run(sockets=[sock])
+        return 0
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_persister(args: argparse.Namespace) -> int:
@@ -204,6 +307,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="im-server", description="WebSocket instant-messaging server"
@@ -221,6 +331,14 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="where embedded stores keep their data (default ./.im-data)",
     )
+    s.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        help="server processes sharing the port (SO_REUSEPORT); default IM_WORKERS or the "
+        "number of usable cores; 1 serves in this process",
+    )
+    s.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument(
         "--no-persister",
         action="store_true",

@@ -27,6 +27,15 @@ def asyncpg_url(url: str) -> str:
     return url
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, so a container's or taskset's
+    limit counts), where the platform tells; else every core of the machine."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def plain_pg_url(url: str) -> str:
     return "postgresql://" + asyncpg_url(url)[len("postgresql+asyncpg://") :]
 
@@ -49,6 +58,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".im-data")
     host: str = "127.0.0.1"
     port: int = 8000
+    # `serve` processes sharing host:port (SO_REUSEPORT); 1 serves in the process itself
+    workers: int = Field(default_factory=usable_cores, ge=1, le=256)
 
     node_name: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     log_level: str = "INFO"

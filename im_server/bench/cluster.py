@@ -102,6 +102,9 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    # one process by default, so that ``proc`` is the process serving (kill -9 of it is a
+    # crash of the server); more share the port as ``serve --workers N`` does
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -122,6 +125,8 @@ class ServerProcess:
             "serve",
             "--port",
             str(self.port),
+            "--workers",
+            str(self.workers),
             *self.extra_args,
         ]
         if self.data_dir is not None:

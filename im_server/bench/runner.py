@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,10 +111,16 @@ class Local:
     """Stores + im-server + echo, started by the bench itself: a single Valkey, or a
     Valkey Cluster of ``cluster`` primaries with a replica each; ``gateways`` server
     processes (receivers connect to the last one, so with two a message crosses
-    processes); ``partitions`` stream partitions."""
+    processes), each ``serve --workers workers``; ``partitions`` stream partitions."""
 
     def __init__(
-        self, root: Path, *, cluster: int = 0, gateways: int = 1, partitions: int = 1
+        self,
+        root: Path,
+        *,
+        cluster: int = 0,
+        gateways: int = 1,
+        partitions: int = 1,
+        workers: int = 1,
     ) -> None:
         from im_server.runtime.embedded import start_postgres, start_redis, start_s3
         from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
@@ -148,7 +155,10 @@ class Local:
             port = free_port()
             self.servers.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "im_server", "serve", "--port", str(port)],
+                    [
+                        *(sys.executable, "-m", "im_server", "serve", "--port", str(port)),
+                        *("--workers", str(workers)),
+                    ],
                     env={**env, "IM_NODE_NAME": f"bench-{i + 1}"},
                     stdout=self.log,
                     stderr=subprocess.STDOUT,
@@ -172,14 +182,15 @@ class Local:
         return [self.redis.pid() or 0] if self.redis is not None else []
 
     def im_procs(self) -> Procs:
+        """Server processes: a serve's workers are counted with it."""
         return Procs(
-            pids=[s.pid for s in self.servers] + self._redis_pids(),
-            tree_roots=[self.pg.pid() or 0],
+            pids=self._redis_pids(),
+            tree_roots=[self.pg.pid() or 0] + [s.pid for s in self.servers],
         )
 
     def parts(self) -> dict[str, Procs]:
         return {
-            "gateway": Procs(pids=[s.pid for s in self.servers]),
+            "gateway": Procs(tree_roots=[s.pid for s in self.servers]),
             "redis": Procs(pids=self._redis_pids()),
             "postgres": Procs(tree_roots=[self.pg.pid() or 0]),
         }
@@ -238,8 +249,12 @@ async def run_phase(
     rate: float | None = None,
     echo_url: str | None = None,
     recv_url: str | None = None,
+    ready: Callable[[], object] | None = None,
+    progress: bool = True,
 ) -> tuple[Stats, float]:
-    """One timed phase; returns the stats and the server CPU seconds it cost."""
+    """One timed phase; returns the stats and the server CPU seconds it cost. ``ready``
+    is called once the sockets are open, just before the clock starts (client processes
+    meet there); ``progress`` False shows no bar."""
     stats = Stats()
     stop = asyncio.Event()
     pacer = Pacer(rate)
@@ -250,6 +265,8 @@ async def run_phase(
         senders = [await open_ws(ws_url(url, p[0])) for p in pairs]
         receivers = [await open_ws(ws_url(recv_url or url, p[1])) for p in pairs]
     rtasks = [asyncio.create_task(receiver(r, stats)) for r in receivers] if not echo_url else []
+    if ready is not None:
+        ready()
     cpu0 = procs.cpu() if procs else 0.0
     stats.started = time.perf_counter()
     stasks = [
@@ -265,6 +282,7 @@ async def run_phase(
         TimeRemainingColumn(),
         console=console,
         transient=True,
+        disable=not progress,
     ) as prog:
         task = prog.add_task(name, total=duration, rate="")
         t0 = time.monotonic()
@@ -704,6 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--partitions", type=int, default=1, help="stream partitions (IM_STREAM_PARTITIONS)"
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="instead: the one-to-one phase on serve --workers 1, then --workers N (scaling)",
+    )
+    p.add_argument(
+        "--client-procs", type=int, default=1, help="with --workers: load client processes"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument(
         "--idle", type=int, default=0, help="instead: hold this many idle WebSockets, report memory"
@@ -712,6 +739,15 @@ def main(argv: list[str] | None = None) -> int:
         "--group", type=int, default=0, help="instead: fan-out in a group of this many members"
     )
     args = p.parse_args(argv)
+    if args.workers:
+        from im_server.bench import scaling
+
+        res = asyncio.run(scaling.compare(args))
+        if args.json:
+            print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+        else:
+            scaling.report(res)
+        return 0
     if args.idle or args.group:
         fn = idle_connections if args.idle else group_fanout
         res = asyncio.run(fn(args))

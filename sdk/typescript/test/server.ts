@@ -81,7 +81,7 @@ export class TestServer {
     const log = openSync(this.logPath, "a");
     this.proc = spawn(
       PYTHON,
-      ["-m", "im_server", "serve", "--host", "127.0.0.1", "--port", String(this.port), "--data-dir", this.dataDir],
+      ["-m", "im_server", "serve", "--host", "127.0.0.1", "--port", String(this.port), "--workers", "1", "--data-dir", this.dataDir],
       {
         cwd: repoRoot,
         env: { ...process.env, ...FAST_ENV, IM_NODE_NAME: `sdk-test-${this.port}` },

@@ -1,0 +1,227 @@
+"""``im-server bench --workers N``: the one-to-one phase against ``serve --workers 1`` and
+against ``serve --workers N`` (fresh stores each), and the scaling factor between them.
+
+The load comes from ``--client-procs`` client processes (the pairs split between them,
+their results merged), so that one Python client saturating its core shows up as such
+instead of as a server limit: every process's CPU over the phase is reported as cores
+used (client processes, each worker, Valkey, PostgreSQL)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import tempfile
+import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from im_server.bench.load import Stats, percentile
+from im_server.bench.runner import Local, console, drain_time, make_pairs, run_phase, verify
+
+Pair = tuple[str, str, str, int]
+
+
+def _client(
+    index: int,
+    url: str,
+    pairs: list[Pair],
+    args: tuple[int, float, int],
+    barrier: Barrier,
+    out: Queue[tuple[Stats, float]],
+) -> None:
+    """A client process: run the phase on its pairs once every process is connected;
+    hand back the stats and the CPU seconds this process used while the clock ran."""
+    window, duration, size = args
+    cpu0 = [0.0]
+
+    def ready() -> None:
+        barrier.wait()
+        cpu0[0] = time.process_time()
+
+    async def go() -> Stats:
+        st, _ = await run_phase(
+            f"c{index}-", url, pairs, window, duration, size, None, ready=ready, progress=False
+        )
+        return st
+
+    try:
+        import uvloop
+
+        st = uvloop.run(go())
+    except ImportError:
+        st = asyncio.run(go())
+    out.put((st, time.process_time() - cpu0[0]))
+
+
+def merge(parts: list[Stats]) -> Stats:
+    m = Stats()
+    for s in parts:
+        for k in ("sent", "acked", "refused", "delivered", "duplicates"):
+            setattr(m, k, getattr(m, k) + getattr(s, k))
+        m.ack_latency += s.ack_latency
+        m.delivery_latency += s.delivery_latency
+        m.acked_seqs.update(s.acked_seqs)
+        m.delivered_seqs.update(s.delivered_seqs)
+        m.errors += s.errors
+    m.started = min(s.started for s in parts)
+    m.stopped = max(s.stopped for s in parts)
+    return m
+
+
+def _cpu_of(pids: list[int]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def _workers_of(local: Local) -> list[int]:
+    """The serve parent, then its worker processes (none with one worker)."""
+    root = local.servers[0].pid
+    kids = [p.pid for p in psutil.Process(root).children() if "--worker-index" in p.cmdline()]
+    return [root, *sorted(kids)]
+
+
+def _machine_busy() -> float:
+    """CPU seconds the whole machine spent on anything but idling, so far."""
+    t = psutil.cpu_times()._asdict()
+    return float(sum(t.get(k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
+
+
+def _names(k: int) -> list[str]:
+    return ["serve"] if k == 1 else ["parent", *(f"worker {i}" for i in range(k))]
+
+
+async def one_run(k: int, args: Any) -> dict[str, Any]:
+    """Fresh stores and ``serve --workers k``; the one-to-one phase from the client
+    processes; throughput, latency, CPU of every part."""
+    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
+    console.print(f"starting the stores and im-server --workers {k} …")
+    local = Local(Path(tmp.name), workers=k, partitions=args.partitions)
+    try:
+        if k > 1:  # every worker listening and known to the others
+            deadline = time.monotonic() + 30
+            while len(_workers_of(local)) < k + 1 and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.5)
+        pairs = await make_pairs(local.url, args.pairs)
+        n = max(1, args.client_procs)
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(n + 1)
+        out: Queue[tuple[Stats, float]] = ctx.Queue()
+        procs = [
+            ctx.Process(
+                target=_client,
+                args=(
+                    i,
+                    local.url,
+                    pairs[i::n],
+                    (args.window, args.duration, args.size),
+                    barrier,
+                    out,
+                ),
+            )
+            for i in range(n)
+        ]
+        for p in procs:
+            p.start()
+        await asyncio.to_thread(barrier.wait, 120)
+        server_pids = _workers_of(local)
+        parts = local.parts()
+        parts0 = {name: v.cpu() for name, v in parts.items()}
+        w0 = _cpu_of(server_pids)
+        busy0 = _machine_busy()
+        t0 = time.monotonic()
+        with console.status(f"[bold]im, {k} worker(s), {n} client process(es)"):
+            results = [await asyncio.to_thread(out.get, True, args.duration + 120) for _ in procs]
+        wall = time.monotonic() - t0
+        busy = _machine_busy() - busy0
+        w1 = _cpu_of(server_pids)
+        parts1 = {name: v.cpu() for name, v in parts.items()}
+        for p in procs:
+            p.join(30)
+        st = merge([r[0] for r in results])
+        _, drained_s = await drain_time(local)  # the persister catches up before the check
+        lost, dup = await verify(local, local.url, st, {})
+        cores = {name: (parts1[name] - parts0[name]) / wall for name in parts0}
+        cores["client"] = sum(r[1] for r in results) / wall
+        cores["rest of the machine"] = max(0.0, busy / wall - sum(cores.values()))
+        server_cpu = sum(parts1[x] - parts0[x] for x in parts0)
+        return {
+            "workers": k,
+            "client_procs": n,
+            "messages_acked_per_s": st.acked / st.seconds,
+            "messages_delivered_per_s": st.delivered / st.seconds,
+            "ack_p50_ms": percentile(st.ack_latency, 50) * 1000,
+            "ack_p99_ms": percentile(st.ack_latency, 99) * 1000,
+            "delivery_p99_ms": percentile(st.delivery_latency, 99) * 1000,
+            "server_cpu_us_per_message": server_cpu / max(1, st.delivered) * 1e6,
+            "cores_used": cores,
+            "cores_per_server_process": {
+                name: (w1.get(pid, 0.0) - w0.get(pid, 0.0)) / wall
+                for name, pid in zip(_names(k), server_pids, strict=False)
+            },
+            "client_cores_each": [r[1] / wall for r in results],
+            "stream_drained_in_s": drained_s,
+            "lost": lost,
+            "duplicated": dup,
+            "errors": st.errors[:5],
+        }
+    finally:
+        local.stop()
+        tmp.cleanup()
+
+
+async def compare(args: Any) -> dict[str, Any]:
+    one = await one_run(1, args)
+    many = await one_run(args.workers, args)
+    return {
+        "pairs": args.pairs,
+        "window": args.window,
+        "duration_s": args.duration,
+        "cores": psutil.cpu_count(),
+        "runs": [one, many],
+        "scaling": many["messages_delivered_per_s"] / max(1e-9, one["messages_delivered_per_s"]),
+    }
+
+
+def report(res: dict[str, Any]) -> None:
+    runs = res["runs"]
+    t = Table(
+        title=f"im-server bench --workers: {res['pairs']} pairs × window {res['window']}, "
+        f"{res['duration_s']} s, {res['cores']} cores on the machine"
+    )
+    t.add_column("figure")
+    for r in runs:
+        t.add_column(f"{r['workers']} worker(s)", justify="right")
+
+    def row(label: str, fmt: Any) -> None:
+        t.add_row(label, *(fmt(r) for r in runs))
+
+    row("messages / s (acked)", lambda r: f"{r['messages_acked_per_s']:,.0f}")
+    row("messages / s (delivered)", lambda r: f"{r['messages_delivered_per_s']:,.0f}")
+    row("ack p50 / p99", lambda r: f"{r['ack_p50_ms']:.1f} / {r['ack_p99_ms']:.1f} ms")
+    row("delivery p99", lambda r: f"{r['delivery_p99_ms']:.1f} ms")
+    row("server CPU per message", lambda r: f"{r['server_cpu_us_per_message']:.0f} µs")
+    for part in ("gateway", "redis", "postgres", "client", "rest of the machine"):
+        row(f"cores used: {part}", lambda r, p=part: f"{r['cores_used'][p]:.2f}")
+    row(
+        "  per server process",
+        lambda r: " / ".join(f"{v:.2f}" for v in r["cores_per_server_process"].values()),
+    )
+    row("  per client process", lambda r: " / ".join(f"{v:.2f}" for v in r["client_cores_each"]))
+    row("lost / duplicated", lambda r: f"{r['lost']} / {r['duplicated']}")
+    Console().print(t)
+    Console().print(
+        f"scaling factor (delivered/s, {runs[1]['workers']} vs 1): {res['scaling']:.2f}×"
+    )
