@@ -89,6 +89,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["run_persister"] = False
     settings = load_settings(**overrides)
     logs.setup(settings.log_level, settings.log_format)
+    from im_server.runtime.limits import raise_open_files
+
+    log.info("open file limit %d (hard %d)", *raise_open_files())
     handles: list[object] = []
     t0 = time.monotonic()
     # SIGTERM stops everything cleanly: during start-up it interrupts; while serving,
@@ -118,6 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from im_server.gateway.ws import with_websocket
         from im_server.transport.guard import HttpGuard
         from im_server.transport.protocol import http_protocol
+        from im_server.transport.ws_protocol import LeanWebSocketProtocol
 
         where = f"http://{settings.host}:{settings.port}"
         print(
@@ -141,8 +145,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             http=http_protocol(settings),
             proxy_headers=True,
             forwarded_allow_ips=settings.forwarded_allow_ips,
-            ws="websockets-sansio",
+            ws=LeanWebSocketProtocol,
             ws_max_size=settings.max_frame_bytes,
+            ws_per_message_deflate=settings.ws_compression,
             ws_ping_interval=20,
             ws_ping_timeout=20,
             log_config=None,
