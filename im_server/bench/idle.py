@@ -46,7 +46,10 @@ def raise_nofile(need: int) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft >= need:
         return soft
-    if hard != resource.RLIM_INFINITY and hard < need:
+    if hard == resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return need
+    if hard < need:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
             return need
