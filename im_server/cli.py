@@ -135,6 +135,7 @@ def _uvicorn_server(settings: Settings) -> uvicorn.Server:
     from im_server.gateway.ws import with_websocket
     from im_server.transport.guard import HttpGuard
     from im_server.transport.protocol import http_protocol
+    from im_server.transport.ws_protocol import LeanWebSocketProtocol
 
     config = uvicorn.Config(
         with_websocket(HttpGuard(create_app(settings), settings.max_body_bytes)),
@@ -144,8 +145,9 @@ def _uvicorn_server(settings: Settings) -> uvicorn.Server:
         http=http_protocol(settings),
         proxy_headers=True,
         forwarded_allow_ips=settings.forwarded_allow_ips,
-        ws="websockets-sansio",
+        ws=LeanWebSocketProtocol,
         ws_max_size=settings.max_frame_bytes,
+        ws_per_message_deflate=settings.ws_compression,
         ws_ping_interval=20,
         ws_ping_timeout=20,
         log_config=None,
@@ -168,6 +170,9 @@ def _listening_line(settings: Settings, data_note: str, workers: str = "") -> No
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = load_settings(**_serve_overrides(args))
     logs.setup(settings.log_level, settings.log_format)
+    from im_server.runtime.limits import raise_open_files
+
+    log.info("open file limit %d (hard %d)", *raise_open_files())
     if args.worker_index is not None:
         return _serve_worker(settings, args.worker_index)
     if settings.workers > 1:

@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     history_limit_default: int = 50
     history_limit_max: int = 500
     max_connections_per_user: int = 20
+    # permessage-deflate on WebSockets (when a client asks, as browsers do): off, because
+    # its compressor and decompressor cost a socket ~33 KiB, three times all else it
+    # holds, for frames that are mostly a few hundred bytes
+    ws_compression: bool = False
 
     # send pipeline
     seq_block_size: int = 1000

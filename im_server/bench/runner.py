@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from im_server.bench.idle import idle_connections
 from im_server.bench.load import Pacer, Stats, open_ws, percentile, receiver, sender, ws_url
 
 console = Console(stderr=True)
@@ -530,62 +531,6 @@ async def register_many(url: str, n: int, tag: str) -> list[Any]:
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def idle_connections(args: argparse.Namespace) -> dict[str, Any]:
-    """How many idle WebSockets one server process holds, and its memory per connection."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
-    local = Local(Path(tmp.name))
-    try:
-        users = await register_many(
-            local.url, max(1, args.idle // 100), f"idle{uuid.uuid4().hex[:6]}"
-        )
-        proc = psutil.Process(local.servers[0].pid)
-        rss0 = proc.memory_info().rss
-        conns = []
-        t0 = time.perf_counter()
-        with Progress(
-            TextColumn("[bold]idle"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            console=console,
-            transient=True,
-        ) as prog:
-            task = prog.add_task("idle", total=args.idle)
-            for i in range(args.idle):
-                conns.append(await open_ws(ws_url(local.url, users[i % len(users)].token)))
-                if i % 100 == 0:
-                    prog.update(task, completed=i)
-        opened = time.perf_counter() - t0
-        await asyncio.sleep(2)
-        rss1 = proc.memory_info().rss
-        alive = 0
-        for ws in conns[:: max(1, len(conns) // 200)]:  # a sample answers a ping
-            await ws.send('{"type":"ping"}')
-            if "pong" in str(await asyncio.wait_for(ws.recv(), 10)):
-                alive += 1
-        async with httpx.AsyncClient() as http:
-            text = (await http.get(local.url + "/metrics")).text
-        held = int(float(text.split("\nim_connections ")[1].split()[0]))
-        for ws in conns:
-            await ws.close()
-        return {
-            "idle_connections": args.idle,
-            "held_by_server": held,
-            "sample_answering_ping": alive,
-            "open_seconds": opened,
-            "server_rss_before_mib": rss0 / 2**20,
-            "server_rss_after_mib": rss1 / 2**20,
-            "kib_per_connection": (rss1 - rss0) / max(1, args.idle) / 1024,
-        }
-    finally:
-        local.stop()
-        tmp.cleanup()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
     """Deliveries per second in a group of ``--group`` members, all connected."""
     tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
@@ -735,6 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--idle", type=int, default=0, help="instead: hold this many idle WebSockets, report memory"
     )
+    p.add_argument("--idle-seconds", type=float, default=60.0, help="--idle: CPU measured over")
+    p.add_argument("--idle-deflate", action="store_true", help="--idle: clients ask for deflate")
     p.add_argument(
         "--group", type=int, default=0, help="instead: fan-out in a group of this many members"
     )

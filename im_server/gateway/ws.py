@@ -309,6 +309,7 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         while conn.backlog and not conn.closing:
             await send_({"type": "websocket.send", "text": conn.backlog.popleft()})
         conn.backlog = None
+        scope["headers"] = ()  # not read again; the scope lives as long as the socket
         handle = gw.handle
         while not conn.closing and session.state is State.OPEN:
             msg = await receive()
