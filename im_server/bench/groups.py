@@ -1,0 +1,300 @@
+"""Fan-out in one big group (``im-server bench --group N``): every member connected, one
+sender keeping ``--window`` sends in flight, every member's socket timing each delivery.
+
+With ``--gateways 2`` the members' sockets are split between two server processes (half
+on each, the sender on the first), so half of the deliveries cross processes over Redis
+pub/sub. The receiving sockets are held by ``--clients`` load processes: a group of N
+members turns each message into N - 1 frames to parse, and one Python process parsing
+them would measure itself rather than the server. The CPU of every process, the load's
+too, is printed, so a saturated load process shows.
+
+Checked: every member got every acked message exactly once (lost, duplicated)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from im_server.bench.load import Pacer, Stats, open_ws, percentile, sender, ws_url
+from im_server.bench.runner import Local, Procs
+
+OPEN_AT_ONCE = 64  # sockets being opened at the same time, per load process
+DRAIN_S = 15.0  # how long the last deliveries may take after the last ack
+
+
+@dataclass
+class Share:
+    """What one load process saw on its members' sockets."""
+
+    members: int
+    delivered: int = 0  # acked messages, once per member
+    duplicates: int = 0
+    lost: int = 0  # acked messages a member never got
+    latency: list[float] = field(default_factory=list)
+    last_delivery: float = 0.0  # wall clock
+    errors: list[str] = field(default_factory=list)
+
+
+class Member:
+    """One receiving socket: the seqs it got and when (``t`` is the sender's wall clock,
+    the load processes share the machine's)."""
+
+    __slots__ = ("seqs", "duplicates", "latency", "last")
+
+    def __init__(self) -> None:
+        self.seqs: set[int] = set()
+        self.duplicates = 0
+        self.latency: list[tuple[int, float]] = []
+        self.last = 0.0
+
+    async def listen(self, ws: Any, errors: list[str]) -> None:
+        try:
+            async for raw in ws:
+                f = orjson.loads(raw)
+                if f.get("type") != "message":
+                    continue
+                m = f["message"]
+                seq = m["seq"]
+                if seq in self.seqs:
+                    self.duplicates += 1
+                    continue
+                self.seqs.add(seq)
+                t = m["content"].get("t")
+                if t:
+                    now = time.time()
+                    self.latency.append((seq, now - t))
+                    self.last = now
+        except Exception as e:  # noqa: BLE001 - the run reports it
+            if "1000" not in repr(e) and "1001" not in repr(e):
+                errors.append(repr(e))
+
+
+async def _hold(pipe: Connection, urls: list[str]) -> None:
+    """A load process: open the sockets, say so, wait for the acked seqs, wait until every
+    member has them (or DRAIN_S), answer with a :class:`Share`."""
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    members = [Member() for _ in urls]
+    sem = asyncio.Semaphore(OPEN_AT_ONCE)
+
+    async def one(url: str) -> Any:
+        async with sem:
+            return await open_ws(url)
+
+    socks = await asyncio.gather(*(one(u) for u in urls))
+    tasks = [
+        asyncio.create_task(m.listen(ws, errors)) for m, ws in zip(members, socks, strict=True)
+    ]
+    pipe.send(len(socks))
+    acked: set[int] = await loop.run_in_executor(None, pipe.recv)
+    deadline = time.monotonic() + DRAIN_S
+    while time.monotonic() < deadline and any(not acked <= m.seqs for m in members):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    share = Share(members=len(members), errors=errors)
+    for m in members:
+        share.delivered += len(m.seqs & acked)
+        share.lost += len(acked - m.seqs)
+        share.duplicates += m.duplicates
+        share.latency.extend(lat for seq, lat in m.latency if seq in acked)
+        share.last_delivery = max(share.last_delivery, m.last)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*(ws.close() for ws in socks), return_exceptions=True)
+    pipe.send(share)
+
+
+def _load_process(pipe: Connection, urls: list[str]) -> None:
+    _raise_nofile()
+    try:
+        import uvloop
+
+        uvloop.run(_hold(pipe, urls))
+    except ImportError:
+        asyncio.run(_hold(pipe, urls))
+
+
+def _raise_nofile() -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def _register(url: str, n: int) -> list[Any]:
+    from im_server.client import Client
+
+    tag = f"grp{uuid.uuid4().hex[:6]}"
+    http = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32))
+    sem = asyncio.Semaphore(32)
+
+    async def one(i: int) -> Any:
+        async with sem:
+            return await Client.register(url, f"{tag}{i}", "bench-password", http=http)
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def _cpu(procs: dict[str, Procs]) -> dict[str, float]:
+    return {k: p.cpu() for k, p in procs.items()}
+
+
+async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
+    """Deliveries per second in a group of ``--group`` members, all connected."""
+    _raise_nofile()
+    n, gateways = args.group, max(1, args.gateways)
+    clients = args.clients or max(1, round(n / 1500))
+    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
+    local = Local(Path(tmp.name), gateways=gateways)
+    workers: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+    loop = asyncio.get_running_loop()
+    try:
+        t_setup = time.monotonic()
+        members = await _register(local.url, n)
+        owner = members[0]
+        conv = (await owner.create_group("bench", [m.user_id for m in members[1:]]))["conv_id"]
+        # member i on gateway i % gateways: the sender (0) on the first, the rest alternate
+        urls = [ws_url(local.urls[i % gateways], m.token) for i, m in enumerate(members)]
+        ctx = multiprocessing.get_context("spawn")
+        for k in range(clients):
+            ours, theirs = ctx.Pipe()
+            p = ctx.Process(
+                target=_load_process, args=(theirs, urls[1 + k :: clients]), daemon=True
+            )
+            p.start()
+            workers.append((p, ours))
+        held = sum([await loop.run_in_executor(None, pipe.recv) for _, pipe in workers])
+        sender_ws = await open_ws(urls[0])
+        # one message first: the gateways load the member list, the sockets are warm
+        await sender_ws.send(
+            orjson.dumps(
+                {
+                    "type": "send",
+                    "client_msg_id": "warm",
+                    "conv_id": conv,
+                    "content_type": "text",
+                    "content": {"text": "warm"},
+                }
+            ).decode()
+        )
+        await asyncio.sleep(2)
+        setup_s = time.monotonic() - t_setup
+
+        procs: dict[str, Procs] = {
+            **{f"gateway {i + 1}": Procs(pids=[s.pid]) for i, s in enumerate(local.servers)},
+            "valkey": local.parts()["redis"],
+            "postgres": local.parts()["postgres"],
+            "load: sender": Procs(pids=[os.getpid()]),
+            **{
+                f"load: receivers {k + 1}": Procs(pids=[p.pid or 0])
+                for k, (p, _) in enumerate(workers)
+            },
+        }
+        cpu0 = _cpu(procs)
+        load0 = os.getloadavg()[0]
+        stats = Stats()
+        stop = asyncio.Event()
+        started = time.time()
+        stats.started = time.perf_counter()
+        st = asyncio.create_task(
+            sender(sender_ws, conv, "g", args.window, args.size, stats, stop, Pacer(None))
+        )
+        await asyncio.sleep(args.duration)
+        stop.set()
+        await st
+        acked = stats.acked_seqs.get(conv, set())
+        for _, pipe in workers:
+            pipe.send(acked)
+        shares: list[Share] = [await loop.run_in_executor(None, pipe.recv) for _, pipe in workers]
+        cpu1 = _cpu(procs)
+        await sender_ws.close()
+        wall = max(max(s.last_delivery for s in shares) - started, 1e-9)
+        delivered = sum(s.delivered for s in shares)
+        latency = [x for s in shares for x in s.latency]
+        used = {k: cpu1[k] - cpu0[k] for k in procs}
+        server = [k for k in procs if not k.startswith("load")]
+        server_cpu = sum(used[k] for k in server)
+        per = max(1, delivered)
+        return {
+            "group_members": n,
+            "gateways": gateways,
+            "load_processes": 1 + clients,
+            "sockets_held": held + 1,
+            "setup_s": setup_s,
+            "window": args.window,
+            "messages_acked": stats.acked,
+            "refused": stats.refused,
+            "deliveries": delivered,
+            "deliveries_expected": len(acked) * (n - 1),
+            "lost": sum(s.lost for s in shares),
+            "duplicated": sum(s.duplicates for s in shares),
+            "wall_s": wall,
+            "deliveries_per_s": delivered / wall,
+            "messages_per_s": len(acked) / wall,
+            "ack_p50_ms": percentile(stats.ack_latency, 50) * 1000,
+            "ack_p99_ms": percentile(stats.ack_latency, 99) * 1000,
+            "delivery_p50_ms": percentile(latency, 50) * 1000,
+            "delivery_p99_ms": percentile(latency, 99) * 1000,
+            "delivery_p999_ms": percentile(latency, 99.9) * 1000,
+            "server_cpu_s": server_cpu,
+            "server_cpu_us_per_delivery": server_cpu / per * 1e6,
+            "cpu_us_per_delivery_by_process": {k: used[k] / per * 1e6 for k in procs},
+            "cpu_share_of_a_core_by_process": {k: used[k] / wall for k in procs},
+            "loadavg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "errors": ([*stats.errors, *(e for s in shares for e in s.errors)])[:5],
+        }
+    finally:
+        for proc, pipe in workers:
+            pipe.close()
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+        local.stop()
+        tmp.cleanup()
+
+
+def report(res: dict[str, Any]) -> None:
+    t = Table(
+        title=f"im-server bench: fan-out in a {res['group_members']:,}-member group, "
+        f"{res['gateways']} gateway(s), window {res['window']}, "
+        f"{res['load_processes']} load processes (load {res['loadavg_1m'][0]})"
+    )
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    rows = [
+        ("deliveries / s", f"{res['deliveries_per_s']:,.0f}"),
+        ("messages / s", f"{res['messages_per_s']:,.1f}"),
+        (
+            "delivery p50 / p99 / p99.9",
+            f"{res['delivery_p50_ms']:.1f} / {res['delivery_p99_ms']:.1f} / "
+            f"{res['delivery_p999_ms']:.1f} ms",
+        ),
+        ("ack p50 / p99", f"{res['ack_p50_ms']:.1f} / {res['ack_p99_ms']:.1f} ms"),
+        (
+            "deliveries (expected) in",
+            f"{res['deliveries']:,} ({res['deliveries_expected']:,}) in {res['wall_s']:.2f} s",
+        ),
+        ("lost / duplicated", f"{res['lost']} / {res['duplicated']}"),
+        ("server CPU per delivery", f"{res['server_cpu_us_per_delivery']:.1f} µs"),
+    ]
+    for k, us in res["cpu_us_per_delivery_by_process"].items():
+        share = res["cpu_share_of_a_core_by_process"][k]
+        rows.append((f"  {k}", f"{us:.1f} µs ({share:.0%} of a core)"))
+    if res["errors"]:
+        rows.append(("errors", "; ".join(res["errors"])[:200]))
+    for row in rows:
+        t.add_row(*row)
+    Console().print(t)
