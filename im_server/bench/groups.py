@@ -84,8 +84,9 @@ class Member:
 
 
 async def _hold(pipe: Connection, urls: list[str]) -> None:
-    """A load process: open the sockets, say so, wait for the acked seqs, wait until every
-    member has them (or DRAIN_S), answer with a :class:`Share`."""
+    """A load process: open the sockets, say so; then per phase, wait for its acked seqs,
+    wait until every member has them (or DRAIN_S), answer with a :class:`Share`; None
+    ends it."""
     loop = asyncio.get_running_loop()
     errors: list[str] = []
     members = [Member() for _ in urls]
@@ -100,21 +101,23 @@ async def _hold(pipe: Connection, urls: list[str]) -> None:
         asyncio.create_task(m.listen(ws, errors)) for m, ws in zip(members, socks, strict=True)
     ]
     pipe.send(len(socks))
-    acked: set[int] = await loop.run_in_executor(None, pipe.recv)
-    deadline = time.monotonic() + DRAIN_S
-    while time.monotonic() < deadline and any(not acked <= m.seqs for m in members):  # noqa: ASYNC110
-        await asyncio.sleep(0.05)
-    share = Share(members=len(members), errors=errors)
-    for m in members:
-        share.delivered += len(m.seqs & acked)
-        share.lost += len(acked - m.seqs)
-        share.duplicates += m.duplicates
-        share.latency.extend(lat for seq, lat in m.latency if seq in acked)
-        share.last_delivery = max(share.last_delivery, m.last)
+    dups = 0
+    while (acked := await loop.run_in_executor(None, pipe.recv)) is not None:
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline and any(not acked <= m.seqs for m in members):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        share = Share(members=len(members), errors=errors)
+        for m in members:
+            share.delivered += len(m.seqs & acked)
+            share.lost += len(acked - m.seqs)
+            share.duplicates += m.duplicates
+            share.latency.extend(lat for seq, lat in m.latency if seq in acked)
+            share.last_delivery = max(share.last_delivery, m.last)
+        share.duplicates, dups = share.duplicates - dups, share.duplicates
+        pipe.send(share)
     for t in tasks:
         t.cancel()
     await asyncio.gather(*(ws.close() for ws in socks), return_exceptions=True)
-    pipe.send(share)
 
 
 def _load_process(pipe: Connection, urls: list[str]) -> None:
@@ -150,6 +153,82 @@ async def _register(url: str, n: int) -> list[Any]:
 
 def _cpu(procs: dict[str, Procs]) -> dict[str, float]:
     return {k: p.cpu() for k, p in procs.items()}
+
+
+class Phase:
+    """One timed phase on the open sockets: the sender as fast as its window allows, or
+    paced to ``rate`` messages per second."""
+
+    def __init__(
+        self,
+        conv: str,
+        members: int,
+        args: argparse.Namespace,
+        ws: Any,
+        procs: dict[str, Procs],
+        pipes: list[Connection],
+    ) -> None:
+        self.conv, self.members, self.args, self.ws = conv, members, args, ws
+        self.procs, self.pipes = procs, pipes
+        self.n = 0
+
+    async def run(self, rate: float | None) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        self.n += 1
+        cpu0 = _cpu(self.procs)
+        load0 = os.getloadavg()[0]
+        stats = Stats()
+        stop = asyncio.Event()
+        started = time.time()
+        st = asyncio.create_task(
+            sender(
+                self.ws,
+                self.conv,
+                f"g{self.n}",
+                self.args.window,
+                self.args.size,
+                stats,
+                stop,
+                Pacer(rate),
+            )
+        )
+        await asyncio.sleep(self.args.duration)
+        stop.set()
+        await st
+        acked = stats.acked_seqs.get(self.conv, set())
+        for pipe in self.pipes:
+            pipe.send(acked)
+        shares: list[Share] = [await loop.run_in_executor(None, p.recv) for p in self.pipes]
+        cpu1 = _cpu(self.procs)
+        wall = max(max(s.last_delivery for s in shares) - started, 1e-9)
+        delivered = sum(s.delivered for s in shares)
+        latency = [x for s in shares for x in s.latency]
+        used = {k: cpu1[k] - cpu0[k] for k in self.procs}
+        server_cpu = sum(v for k, v in used.items() if not k.startswith("load"))
+        per = max(1, delivered)
+        return {
+            "target_messages_per_s": rate,
+            "messages_acked": stats.acked,
+            "refused": stats.refused,
+            "deliveries": delivered,
+            "deliveries_expected": len(acked) * (self.members - 1),
+            "lost": sum(s.lost for s in shares),
+            "duplicated": sum(s.duplicates for s in shares),
+            "wall_s": wall,
+            "deliveries_per_s": delivered / wall,
+            "messages_per_s": len(acked) / wall,
+            "ack_p50_ms": percentile(stats.ack_latency, 50) * 1000,
+            "ack_p99_ms": percentile(stats.ack_latency, 99) * 1000,
+            "delivery_p50_ms": percentile(latency, 50) * 1000,
+            "delivery_p99_ms": percentile(latency, 99) * 1000,
+            "delivery_p999_ms": percentile(latency, 99.9) * 1000,
+            "server_cpu_s": server_cpu,
+            "server_cpu_us_per_delivery": server_cpu / per * 1e6,
+            "cpu_us_per_delivery_by_process": {k: used[k] / per * 1e6 for k in self.procs},
+            "cpu_share_of_a_core_by_process": {k: used[k] / wall for k in self.procs},
+            "loadavg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "errors": ([*stats.errors, *(e for s in shares for e in s.errors)])[:5],
+        }
 
 
 async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
@@ -203,59 +282,22 @@ async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
                 for k, (p, _) in enumerate(workers)
             },
         }
-        cpu0 = _cpu(procs)
-        load0 = os.getloadavg()[0]
-        stats = Stats()
-        stop = asyncio.Event()
-        started = time.time()
-        stats.started = time.perf_counter()
-        st = asyncio.create_task(
-            sender(sender_ws, conv, "g", args.window, args.size, stats, stop, Pacer(None))
-        )
-        await asyncio.sleep(args.duration)
-        stop.set()
-        await st
-        acked = stats.acked_seqs.get(conv, set())
-        for _, pipe in workers:
-            pipe.send(acked)
-        shares: list[Share] = [await loop.run_in_executor(None, pipe.recv) for _, pipe in workers]
-        cpu1 = _cpu(procs)
-        await sender_ws.close()
-        wall = max(max(s.last_delivery for s in shares) - started, 1e-9)
-        delivered = sum(s.delivered for s in shares)
-        latency = [x for s in shares for x in s.latency]
-        used = {k: cpu1[k] - cpu0[k] for k in procs}
-        server = [k for k in procs if not k.startswith("load")]
-        server_cpu = sum(used[k] for k in server)
-        per = max(1, delivered)
-        return {
+        res: dict[str, Any] = {
             "group_members": n,
             "gateways": gateways,
             "load_processes": 1 + clients,
             "sockets_held": held + 1,
             "setup_s": setup_s,
             "window": args.window,
-            "messages_acked": stats.acked,
-            "refused": stats.refused,
-            "deliveries": delivered,
-            "deliveries_expected": len(acked) * (n - 1),
-            "lost": sum(s.lost for s in shares),
-            "duplicated": sum(s.duplicates for s in shares),
-            "wall_s": wall,
-            "deliveries_per_s": delivered / wall,
-            "messages_per_s": len(acked) / wall,
-            "ack_p50_ms": percentile(stats.ack_latency, 50) * 1000,
-            "ack_p99_ms": percentile(stats.ack_latency, 99) * 1000,
-            "delivery_p50_ms": percentile(latency, 50) * 1000,
-            "delivery_p99_ms": percentile(latency, 99) * 1000,
-            "delivery_p999_ms": percentile(latency, 99.9) * 1000,
-            "server_cpu_s": server_cpu,
-            "server_cpu_us_per_delivery": server_cpu / per * 1e6,
-            "cpu_us_per_delivery_by_process": {k: used[k] / per * 1e6 for k in procs},
-            "cpu_share_of_a_core_by_process": {k: used[k] / wall for k in procs},
-            "loadavg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
-            "errors": ([*stats.errors, *(e for s in shares for e in s.errors)])[:5],
         }
+        phase = Phase(conv, n, args, sender_ws, procs, [pipe for _, pipe in workers])
+        res.update(await phase.run(None))
+        if args.half_rate and res["messages_per_s"] > 0:
+            res["half_rate"] = await phase.run(res["messages_per_s"] / 2)
+        for _, pipe in workers:
+            pipe.send(None)
+        await sender_ws.close()
+        return res
     finally:
         for proc, pipe in workers:
             pipe.close()
@@ -293,6 +335,16 @@ def report(res: dict[str, Any]) -> None:
     for k, us in res["cpu_us_per_delivery_by_process"].items():
         share = res["cpu_share_of_a_core_by_process"][k]
         rows.append((f"  {k}", f"{us:.1f} µs ({share:.0%} of a core)"))
+    if "half_rate" in res:
+        h = res["half_rate"]
+        rows.append(
+            (
+                "at half rate: delivery p50 / p99 / p99.9",
+                f"{h['delivery_p50_ms']:.1f} / {h['delivery_p99_ms']:.1f} / "
+                f"{h['delivery_p999_ms']:.1f} ms ({h['messages_per_s']:,.1f} messages/s, "
+                f"lost {h['lost']}, duplicated {h['duplicated']})",
+            )
+        )
     if res["errors"]:
         rows.append(("errors", "; ".join(res["errors"])[:200]))
     for row in rows:
