@@ -648,7 +648,10 @@ def main(argv: list[str] | None = None) -> int:
         help="run the stores' Redis as a Valkey Cluster of this many primaries (a replica each)",
     )
     p.add_argument(
-        "--gateways", type=int, default=1, help="server processes (receivers on the last)"
+        "--gateways",
+        type=int,
+        default=1,
+        help="server processes (receivers on the last; with --group, members split evenly)",
     )
     p.add_argument(
         "--partitions", type=int, default=1, help="stream partitions (IM_STREAM_PARTITIONS)"
