@@ -145,8 +145,16 @@ async def _register(url: str, n: int) -> list[Any]:
     sem = asyncio.Semaphore(32)
 
     async def one(i: int) -> Any:
+        """A pooled connection the server closed as it was reused fails the request:
+        register again under a fresh name (the first may or may not exist)."""
         async with sem:
-            return await Client.register(url, f"{tag}{i}", "bench-password", http=http)
+            for attempt in range(3):
+                try:
+                    name = f"{tag}{i}r{attempt}"
+                    return await Client.register(url, name, "bench-password", http=http)
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
