@@ -45,6 +45,7 @@ class Share:
     duplicates: int = 0
     lost: int = 0  # acked messages a member never got
     latency: list[float] = field(default_factory=list)
+    by_gateway: dict[str, list[float]] = field(default_factory=dict)  # the same, by socket's server
     last_delivery: float = 0.0  # wall clock
     errors: list[str] = field(default_factory=list)
 
@@ -107,8 +108,11 @@ async def _hold(pipe: Connection, urls: list[str]) -> None:
         while time.monotonic() < deadline and any(not acked <= m.seqs for m in members):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         share = Share(members=len(members), errors=errors)
-        for m in members:
+        for m, url in zip(members, urls, strict=True):
             share.delivered += len(m.seqs & acked)
+            share.by_gateway.setdefault(url.split("/v1/")[0], []).extend(
+                lat for seq, lat in m.latency if seq in acked
+            )
             share.lost += len(acked - m.seqs)
             share.duplicates += m.duplicates
             share.latency.extend(lat for seq, lat in m.latency if seq in acked)
@@ -175,9 +179,11 @@ class Phase:
         ws: Any,
         procs: dict[str, Procs],
         pipes: list[Connection],
+        gateways: list[str],
     ) -> None:
         self.conv, self.members, self.args, self.ws = conv, members, args, ws
         self.procs, self.pipes = procs, pipes
+        self.gateway_names = {ws_url(u, None): f"gateway {i + 1}" for i, u in enumerate(gateways)}
         self.n = 0
 
     async def run(self, rate: float | None) -> dict[str, Any]:
@@ -211,6 +217,10 @@ class Phase:
         wall = max(max(s.last_delivery for s in shares) - started, 1e-9)
         delivered = sum(s.delivered for s in shares)
         latency = [x for s in shares for x in s.latency]
+        by_gateway: dict[str, list[float]] = {}
+        for sh in shares:
+            for base, lats in sh.by_gateway.items():
+                by_gateway.setdefault(self.gateway_names.get(base, base), []).extend(lats)
         used = {k: cpu1[k] - cpu0[k] for k in self.procs}
         server_cpu = sum(v for k, v in used.items() if not k.startswith("load"))
         per = max(1, delivered)
@@ -230,6 +240,10 @@ class Phase:
             "delivery_p50_ms": percentile(latency, 50) * 1000,
             "delivery_p99_ms": percentile(latency, 99) * 1000,
             "delivery_p999_ms": percentile(latency, 99.9) * 1000,
+            "delivery_p50_p99_ms_by_gateway": {
+                k: [percentile(v, 50) * 1000, percentile(v, 99) * 1000]
+                for k, v in sorted(by_gateway.items())
+            },
             "server_cpu_s": server_cpu,
             "server_cpu_us_per_delivery": server_cpu / per * 1e6,
             "cpu_us_per_delivery_by_process": {k: used[k] / per * 1e6 for k in self.procs},
@@ -298,7 +312,7 @@ async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
             "setup_s": setup_s,
             "window": args.window,
         }
-        phase = Phase(conv, n, args, sender_ws, procs, [pipe for _, pipe in workers])
+        phase = Phase(conv, n, args, sender_ws, procs, [pipe for _, pipe in workers], local.urls)
         res.update(await phase.run(None))
         if args.half_rate and res["messages_per_s"] > 0:
             res["half_rate"] = await phase.run(res["messages_per_s"] / 2)
@@ -339,6 +353,10 @@ def report(res: dict[str, Any]) -> None:
         ),
         ("lost / duplicated", f"{res['lost']} / {res['duplicated']}"),
         ("server CPU per delivery", f"{res['server_cpu_us_per_delivery']:.1f} µs"),
+    ]
+    rows[3:3] = [
+        (f"  to members on {k}: p50 / p99", f"{p50:.1f} / {p99:.1f} ms")
+        for k, (p50, p99) in res["delivery_p50_p99_ms_by_gateway"].items()
     ]
     for k, us in res["cpu_us_per_delivery_by_process"].items():
         share = res["cpu_share_of_a_core_by_process"][k]

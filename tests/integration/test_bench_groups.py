@@ -40,6 +40,7 @@ def test_group_bench_across_two_gateways_loses_nothing() -> None:
     assert res["lost"] == 0 and res["duplicated"] == 0
     by = res["cpu_us_per_delivery_by_process"]
     assert {"gateway 1", "gateway 2", "valkey", "postgres", "load: receivers 2"} <= set(by)
+    assert set(res["delivery_p50_p99_ms_by_gateway"]) == {"gateway 1", "gateway 2"}
     half = res["half_rate"]  # a second phase on the same sockets, paced
     assert half["messages_acked"] > 0 and half["lost"] == 0 and half["duplicated"] == 0
     assert half["deliveries"] == half["messages_acked"] * 6
