@@ -531,57 +531,6 @@ async def register_many(url: str, n: int, tag: str) -> list[Any]:
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def group_fanout(args: argparse.Namespace) -> dict[str, Any]:
-    """Deliveries per second in a group of ``--group`` members, all connected."""
-    tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
-    local = Local(Path(tmp.name))
-    try:
-        members = await register_many(local.url, args.group, f"grp{uuid.uuid4().hex[:6]}")
-        owner = members[0]
-        g = await owner.create_group("bench", [m.user_id for m in members[1:]])
-        conv = g["conv_id"]
-        stats = Stats()
-        receivers = [await open_ws(ws_url(local.url, m.token)) for m in members[1:]]
-        rtasks = [
-            asyncio.create_task(receiver(r, stats, who=f"{i}:")) for i, r in enumerate(receivers)
-        ]
-        sender_ws = await open_ws(ws_url(local.url, owner.token))
-        procs = local.im_procs()
-        cpu0 = procs.cpu()
-        stop = asyncio.Event()
-        stats.started = time.perf_counter()
-        st = asyncio.create_task(
-            sender(sender_ws, conv, "g", args.window, args.size, stats, stop, Pacer(None))
-        )
-        await asyncio.sleep(args.duration)
-        stop.set()
-        await st
-        deadline = time.monotonic() + 10
-        want = stats.acked * (args.group - 1)
-        while stats.delivered < want and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        stats.stopped = time.perf_counter()
-        cpu = procs.cpu() - cpu0
-        for t in rtasks:
-            t.cancel()
-        for ws in [*receivers, sender_ws]:
-            await ws.close()
-        return {
-            "group_members": args.group,
-            "messages_acked": stats.acked,
-            "deliveries": stats.delivered,
-            "deliveries_expected": want,
-            "deliveries_per_s": stats.delivered / stats.seconds,
-            "messages_per_s": stats.acked / stats.seconds,
-            "delivery_p50_ms": percentile(stats.delivery_latency, 50) * 1000,
-            "delivery_p99_ms": percentile(stats.delivery_latency, 99) * 1000,
-            "server_cpu_us_per_delivery": cpu / max(1, stats.delivered) * 1e6,
-        }
-    finally:
-        local.stop()
-        tmp.cleanup()
-
-
 def report(res: dict[str, Any]) -> None:
     t = Table(
         title=f"im-server bench: {res['pairs']} pairs × window {res['window']}, {res['duration_s']} s, {res['size']}-byte text"
@@ -662,7 +611,10 @@ def main(argv: list[str] | None = None) -> int:
         help="run the stores' Redis as a Valkey Cluster of this many primaries (a replica each)",
     )
     p.add_argument(
-        "--gateways", type=int, default=1, help="server processes (receivers on the last)"
+        "--gateways",
+        type=int,
+        default=1,
+        help="server processes (receivers on the last; with --group, members split evenly)",
     )
     p.add_argument(
         "--partitions", type=int, default=1, help="stream partitions (IM_STREAM_PARTITIONS)"
@@ -685,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--group", type=int, default=0, help="instead: fan-out in a group of this many members"
     )
+    p.add_argument(
+        "--clients", type=int, default=0, help="with --group: receiving load processes (0: auto)"
+    )
     args = p.parse_args(argv)
     if args.workers:
         from im_server.bench import scaling
@@ -695,15 +650,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             scaling.report(res)
         return 0
-    if args.idle or args.group:
-        fn = idle_connections if args.idle else group_fanout
-        res = asyncio.run(fn(args))
+    if args.group:
+        from im_server.bench import groups
+
+        res = asyncio.run(groups.group_fanout(args))
         if args.json:
             print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
         else:
-            t = Table(
-                title="im-server bench: " + ("idle connections" if args.idle else "group fan-out")
-            )
+            groups.report(res)
+        return 0
+    if args.idle:
+        res = asyncio.run(idle_connections(args))
+        if args.json:
+            print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+        else:
+            t = Table(title="im-server bench: idle connections")
             t.add_column("figure")
             t.add_column("value", justify="right")
             for k, v in res.items():

@@ -137,8 +137,7 @@ async def send_to_users(redis: RedisStore, origin: str, items: Sequence[ForUsers
     users = sorted({u for user_ids, _ in items for u in user_ids})
     if not users:
         return 0
-    where = await redis.nodes_of(users)
-    out = route(origin, items, dict(zip(users, where, strict=True)))
+    out = route(origin, items, await redis.nodes_of(users, origin))
     await publish(redis, out)
     return len(out)
 

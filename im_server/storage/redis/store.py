@@ -143,6 +143,7 @@ class RedisStore:
             (_SCRIPTS / "presence_sweep.lua").read_text()
         )
         self._boot = self.client.register_script((_SCRIPTS / "boot.lua").read_text())
+        self._nodes_of = self.client.register_script((_SCRIPTS / "nodes_of.lua").read_text())
 
     async def _on_connect(self, conn: Connection) -> None:
         await conn.on_connect()
@@ -545,15 +546,30 @@ class RedisStore:
     async def unregister_user(self, node: str, user_id: int) -> None:
         await self.client.zrem(keys.user_nodes(user_id), node)
 
-    async def nodes_of(self, user_ids: Sequence[int]) -> list[list[str]]:
-        """Per user, the nodes listed as holding it now (one pipeline)."""
+    async def nodes_of(self, user_ids: Sequence[int], origin: str) -> dict[int, list[str]]:
+        """Per user, the nodes other than ``origin`` listed as holding it now (users on no
+        other node left out). On a single Redis one script call (``nodes_of.lua``): a
+        big group's frame asks for thousands of users, and a pipeline command each
+        costs this process more than the lookups cost Redis. On a Cluster, where the
+        users' entries lie in many slots, one pipeline."""
         if not user_ids:
-            return []
-        now = int(time.time() * 1000)
+            return {}
+        now = _now_ms()
+        out: dict[int, list[str]] = {}
+        if not self.cluster:
+            users = ",".join(map(str, user_ids))
+            flat = await self._nodes_of(args=[keys.USER_NODES, now, origin, users])
+            for i in range(0, len(flat), 2):
+                out.setdefault(int(flat[i]), []).append(str(flat[i + 1]))
+            return out
         pipe = self.client.pipeline(transaction=False)
         for u in user_ids:
             pipe.zrangebyscore(keys.user_nodes(u), now, "+inf")
-        return [[str(n) for n in r] for r in await pipe.execute()]
+        for u, nodes in zip(user_ids, await pipe.execute(), strict=True):
+            others = [str(n) for n in nodes if n != origin]
+            if others:
+                out[u] = others
+        return out
 
     async def node_client(self, key: str) -> aioredis.Redis:
         """A plain client to the node serving ``key``'s slot (the single Redis otherwise):
