@@ -85,13 +85,25 @@ def still_open(proto: Any) -> bool:
 
 class Round:
     """The connections with frames waiting in this round of the loop; one callback per
-    round writes them all."""
+    round writes them all. A text pushed to many sockets (a group message fanned out to
+    its members) is encoded and framed once per round, not once per socket."""
 
-    __slots__ = ("pending", "loop")
+    __slots__ = ("pending", "loop", "_frames")
 
     def __init__(self) -> None:
         self.pending: list[Flushable] = []
         self.loop: asyncio.AbstractEventLoop | None = None
+        # id(text) -> (text, frame); holding the text keeps its id from being reused
+        self._frames: dict[int, tuple[str, bytes]] = {}
+
+    def frame(self, text: str) -> bytes:
+        """``text`` as a frame, built once however many sockets it goes to."""
+        hit = self._frames.get(id(text))
+        if hit is not None:
+            return hit[1]
+        frame = text_frame(text.encode())
+        self._frames[id(text)] = (text, frame)
+        return frame
 
     def add(self, conn: Flushable) -> None:
         loop = asyncio.get_running_loop()
@@ -104,11 +116,14 @@ class Round:
     def flush(self) -> None:
         pending, self.pending = self.pending, []
         self.loop = None
-        for conn in pending:
-            try:
-                conn.flush()
-            except Exception:  # one socket's fault must not hold back the others' frames
-                log.exception("writing a round of frames failed")
+        try:
+            for conn in pending:
+                try:
+                    conn.flush()
+                except Exception:  # one socket's fault must not hold back the others'
+                    log.exception("writing a round of frames failed")
+        finally:
+            self._frames.clear()
 
 
 ROUND = Round()

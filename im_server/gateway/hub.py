@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from im_server import metrics
-from im_server.gateway.corked import ROUND, direct_protocol, still_open, text_frame, writable
+from im_server.gateway.corked import ROUND, direct_protocol, still_open, writable
 from im_server.protocol.close_codes import CloseCode
 
 log = logging.getLogger("im_server.hub")
@@ -130,7 +130,8 @@ class Conn:
         if not still_open(proto):
             self.closing = True
             return
-        proto.transport.write(b"".join([text_frame(t.encode()) for t in out]))
+        frame = ROUND.frame
+        proto.transport.write(frame(out[0]) if len(out) == 1 else b"".join(map(frame, out)))
 
     async def _drain(self, coro: Coroutine[Any, Any, Any], waiting: Any) -> None:
         try:

@@ -156,3 +156,30 @@ async def test_a_failing_socket_does_not_hold_back_the_others(proto: Proto) -> N
     Conn(2, "d", b"u", good.send, 10).push("y")
     await asyncio.sleep(0)
     assert texts(good.transport.writes) == ["y"]
+
+
+async def test_a_text_fanned_out_is_framed_once_per_round(
+    proto: Proto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[bytes] = []
+    real = corked.text_frame
+
+    def counting(payload: bytes) -> bytes:
+        built.append(payload)
+        return real(payload)
+
+    monkeypatch.setattr(corked, "text_frame", counting)
+    members = [Proto() for _ in range(3)]
+    conns = [Conn(i, "d", b"t", p.send, 10) for i, p in enumerate(members)]
+    group_message = "".join(["hello ", "everyone"])  # one object, pushed to every member
+    for c in conns:
+        c.push(group_message)
+    conns[0].push("just for the first")
+    await asyncio.sleep(0)
+    assert built == [b"hello everyone", b"just for the first"]
+    assert texts(members[0].transport.writes) == ["hello everyone", "just for the first"]
+    assert [texts(m.transport.writes) for m in members[1:]] == [["hello everyone"]] * 2
+    assert corked.ROUND._frames == {}  # nothing held past the round
+    conns[1].push(group_message)  # a later round frames it again
+    await asyncio.sleep(0)
+    assert built[-1] == b"hello everyone" and len(built) == 3
