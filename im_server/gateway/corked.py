@@ -33,6 +33,16 @@ except ImportError:  # pragma: no cover - another ASGI server: the ASGI path onl
     _OPEN = None
 
 log = logging.getLogger("im_server.corked")
+# what is read of the protocol object (uvicorn's attributes, checked once per socket)
+_READS = (
+    "transport",
+    "conn",
+    "writable",
+    "handshake_complete",
+    "close_sent",
+    "disconnected",
+    "initial_response",
+)
 _PACK16 = struct.Struct("!BBH").pack
 _PACK64 = struct.Struct("!BBQ").pack
 
@@ -54,10 +64,12 @@ class Flushable(Protocol):
 def direct_protocol(send: Callable[..., Any]) -> Any | None:
     """The WebSocket protocol object behind an ASGI ``send``, when frames can be
     written through it directly; else None."""
-    proto = getattr(send, "__self__", None)
-    if proto is not None and DIRECT_PROTOCOLS and isinstance(proto, DIRECT_PROTOCOLS):
-        return proto
-    return None
+    proto: Any = getattr(send, "__self__", None)
+    if proto is None or not DIRECT_PROTOCOLS or not isinstance(proto, DIRECT_PROTOCOLS):
+        return None
+    if not all(hasattr(proto, a) for a in _READS) or not hasattr(proto.conn, "state"):
+        return None  # a version of the protocol this module does not know: ASGI send
+    return proto
 
 
 def writable(proto: Any) -> bool:

@@ -183,3 +183,10 @@ async def test_a_text_fanned_out_is_framed_once_per_round(
     conns[1].push(group_message)  # a later round frames it again
     await asyncio.sleep(0)
     assert built[-1] == b"hello everyone" and len(built) == 3
+
+
+def test_an_unknown_protocol_shape_falls_back_to_the_asgi_send(proto: Proto) -> None:
+    assert corked.direct_protocol(proto.send) is proto
+    del proto.close_sent  # a protocol version without an attribute this module reads
+    assert corked.direct_protocol(proto.send) is None
+    assert corked.direct_protocol(Proto.send) is None  # not a bound method of a protocol
