@@ -67,7 +67,9 @@ def direct_protocol(send: Callable[..., Any]) -> Any | None:
     proto: Any = getattr(send, "__self__", None)
     if proto is None or not DIRECT_PROTOCOLS or not isinstance(proto, DIRECT_PROTOCOLS):
         return None
-    if not all(hasattr(proto, a) for a in _READS) or not hasattr(proto.conn, "state"):
+    if not all(hasattr(proto, a) for a in _READS) or not hasattr(
+        getattr(proto, "conn", None), "state"
+    ):
         return None  # a version of the protocol this module does not know: ASGI send
     return proto
 
