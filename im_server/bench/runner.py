@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -589,6 +589,15 @@ def report(res: dict[str, Any]) -> None:
     Console().print(t)
 
 
+def _idle_report(res: dict[str, Any]) -> None:
+    t = Table(title="im-server bench: idle connections")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    for k, v in res.items():
+        t.add_row(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}")
+    Console().print(t)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="im-server bench",
@@ -641,35 +650,30 @@ def main(argv: list[str] | None = None) -> int:
         "--clients", type=int, default=0, help="with --group: receiving load processes (0: auto)"
     )
     args = p.parse_args(argv)
+    mode: (
+        tuple[
+            Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
+            Callable[[dict[str, Any]], None],
+        ]
+        | None
+    ) = None
     if args.workers:
         from im_server.bench import scaling
 
-        res = asyncio.run(scaling.compare(args))
-        if args.json:
-            print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
-        else:
-            scaling.report(res)
-        return 0
-    if args.group:
+        mode = (scaling.compare, scaling.report)
+    elif args.group:
         from im_server.bench import groups
 
-        res = asyncio.run(groups.group_fanout(args))
+        mode = (groups.group_fanout, groups.report)
+    elif args.idle:
+        mode = (idle_connections, _idle_report)
+    if mode is not None:
+        run, show = mode
+        res = asyncio.run(run(args))
         if args.json:
             print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
         else:
-            groups.report(res)
-        return 0
-    if args.idle:
-        res = asyncio.run(idle_connections(args))
-        if args.json:
-            print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
-        else:
-            t = Table(title="im-server bench: idle connections")
-            t.add_column("figure")
-            t.add_column("value", justify="right")
-            for k, v in res.items():
-                t.add_row(k, f"{v:,.2f}" if isinstance(v, float) else f"{v:,}")
-            Console().print(t)
+            show(res)
         return 0
     try:
         import uvloop

@@ -64,3 +64,19 @@ def test_bench_workers_compares_one_worker_with_two() -> None:
         assert {"gateway", "redis", "postgres", "client"} <= set(run["cores_used"])
     assert list(two["cores_per_server_process"]) == ["parent", "worker 0", "worker 1"]
     assert res["scaling"] > 0
+
+
+def test_bench_idle_holds_every_socket_through_pings() -> None:
+    r = subprocess.run(
+        [
+            *(sys.executable, "-m", "im_server", "bench", "--idle", "60"),
+            *("--idle-seconds", "1", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert res["idle_connections"] == res["held_by_server"] == res["open_after_idle"] == 60
+    assert res["failed_to_open"] == 0 and res["sample_answering_ping"] == 60
