@@ -46,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +54,11 @@ from urllib.parse import quote
 import asyncpg
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from benchmarks.common import report
 from im_server.bench.load import percentile
-from im_server.bench.runner import Local, Procs, make_pairs, run_phase, verify
+from im_server.bench.runner import Local, Procs, make_pairs, phase_bar, run_phase, verify
 from im_server.runtime.embedded import EmbeddedPostgres, free_port, start_postgres
 
 SYNAPSE_VERSION = "1.163.2"
@@ -502,7 +500,7 @@ async def synapse_phase(
         asyncio.create_task(matrix_sender(server.url, p, f"s{i}", window, size, st, stop))
         for i, p in enumerate(pairs)
     ]
-    await progress("synapse", duration, lambda el: f"{st.answered / max(el, 1e-9):,.0f}/s sent")
+    await phase_bar("synapse", duration, lambda el: f"{st.answered / max(el, 1e-9):,.0f}/s sent")
     stop.set()
     await asyncio.gather(*senders)
     stopped = time.perf_counter()
@@ -516,23 +514,6 @@ async def synapse_phase(
         t.cancel()
     await asyncio.gather(*receivers, return_exceptions=True)
     return st, cpu, by
-
-
-async def progress(name: str, duration: float, rate: Callable[[float], str]) -> None:
-    """A transient bar over the phase, with ``rate(elapsed)`` beside it."""
-    with Progress(
-        TextColumn(f"[bold]{name}"),
-        BarColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as prog:
-        task = prog.add_task(name, total=duration, rate="")
-        t0 = time.monotonic()
-        while (el := time.monotonic() - t0) < duration:
-            await asyncio.sleep(0.2)
-            prog.update(task, completed=el, rate=rate(el))
 
 
 # --- the run -------------------------------------------------------------------------------

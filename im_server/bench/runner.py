@@ -239,6 +239,26 @@ async def make_pairs(url: str, n: int) -> list[tuple[str, str, str, int]]:
     return list(await asyncio.gather(*(guarded(i) for i in range(n))))
 
 
+async def phase_bar(
+    name: str, duration: float, rate: Callable[[float], str], *, show: bool = True
+) -> None:
+    """Wait out a timed phase under a transient bar, ``rate(elapsed)`` beside it."""
+    with Progress(
+        TextColumn(f"[bold]{name}"),
+        BarColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not show,
+    ) as prog:
+        task = prog.add_task(name, total=duration, rate="")
+        t0 = time.monotonic()
+        while (el := time.monotonic() - t0) < duration:
+            await asyncio.sleep(0.2)
+            prog.update(task, completed=el, rate=rate(el))
+
+
 async def run_phase(
     name: str,
     url: str,
@@ -276,20 +296,9 @@ async def run_phase(
         )
         for i, (ws, p) in enumerate(zip(senders, pairs, strict=True))
     ]
-    with Progress(
-        TextColumn(f"[bold]{name}"),
-        BarColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not progress,
-    ) as prog:
-        task = prog.add_task(name, total=duration, rate="")
-        t0 = time.monotonic()
-        while (el := time.monotonic() - t0) < duration:
-            await asyncio.sleep(0.2)
-            prog.update(task, completed=el, rate=f"{stats.acked / max(el, 1e-9):,.0f}/s acked")
+    await phase_bar(
+        name, duration, lambda el: f"{stats.acked / max(el, 1e-9):,.0f}/s acked", show=progress
+    )
     stop.set()
     await asyncio.gather(*stasks, return_exceptions=True)
     stats.stopped = time.perf_counter()
