@@ -62,6 +62,8 @@ class World:
     a_unsent: str = ""  # A's upload never sent
     g_upload: str = ""  # O's picture in G before the kick (K saw it)
     g_upload_after: str = ""  # O's file in G after the kick (K did not)
+    m_own_seq: int = 0  # a message M sent in G before O muted M
+    x_own_seq: int = 0  # a message X sent in s:A:X before A blocked X
     end: dict[str, int] = field(default_factory=dict)  # allocated end per conversation
     cursors: dict[tuple[str, str], int] = field(default_factory=dict)  # (user, conv) -> read_seq
     hist: dict[str, list[int]] = field(default_factory=dict)  # seqs at setup, full view
@@ -95,10 +97,10 @@ async def _states(c: Client) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 async def world(server: Any, stores: Stores) -> Any:
     url = server.url
-    names = ["O", "A", "B", "K", "R1", "R2", "X", "Z", "P"]
+    names = ["O", "A", "B", "K", "R1", "R2", "X", "Z", "P", "M"]
     clients = await asyncio.gather(*(new_user(url, n.lower()) for n in names))
     w = World(url, stores, dict(zip(names, clients, strict=True)))
-    O, A, B, K, R1, R2, X, Z, P = clients  # noqa: E741
+    O, A, B, K, R1, R2, X, Z, P, M = clients  # noqa: E741
     try:
         w.ab, w.ar1, w.ar2, w.ax = await asyncio.gather(
             befriend(A, B), befriend(A, R1), befriend(R2, A), befriend(A, X)
@@ -114,12 +116,17 @@ async def world(server: Any, stores: Stores) -> Any:
         w.a_unsent = await A.upload(b"A's draft", "text/plain", "draft.txt")
         for conv, peer in ((w.ar1, R1), (w.ar2, R2), (w.ax, X)):
             await _send(A, conv, "from A")
-            await _send(peer, conv, "to A")
+            own = await _send(peer, conv, "to A")
+            if conv == w.ax:
+                w.x_own_seq = own
 
-        # group G: owner O, members A, B, K; K sends, then gets kicked, then more messages
-        g = await O.create_group("authz", [w.uid("A"), w.uid("B"), w.uid("K")])
+        # group G: owner O, members A, B, K, M; K sends, then gets kicked, then more
+        # messages; M sends, then O mutes M (until 2100)
+        g = await O.create_group("authz", [w.uid(n) for n in ("A", "B", "K", "M")])
         w.gid, w.g = int(g["group_id"]), str(g["conv_id"])
         w.o_msg_g = await _send(O, w.g, "g-1")
+        w.m_own_seq = await _send(M, w.g, "g from M")
+        await O.mute_member(w.gid, w.uid("M"), MUTED_UNTIL)
         await _send(A, w.g, "g-2")
         w.k_own_seq = await _send(K, w.g, "g-3 from K")
         w.g_upload = await O.upload(b"O's file before the kick", "text/plain", "o1.txt")
@@ -170,7 +177,7 @@ async def world(server: Any, stores: Stores) -> Any:
             w.cursors[(name, conv)] = (await _states(w.users[name]))[conv]["read_seq"]
 
         # sockets: the actors, and the legitimate members watching for leaks
-        for name in ["Z", "K", "R1", "R2", "X", "other", "A", "B", "O"]:
+        for name in ["Z", "K", "R1", "R2", "X", "other", "A", "B", "O", "M"]:
             conn = await w.users[name].connect()
             w.conns[name] = conn
             w.seen[name] = []
@@ -228,6 +235,16 @@ async def unchanged(w: World, key: str) -> None:
         assert page["max_seq"] == w.end[conv], f"{conv}: history grew to {page['max_seq']}"
 
 
+async def appended(w: World, key: str, n: int) -> None:
+    """An allowed call appended exactly ``n`` notices: the next legitimate send follows them."""
+    w.end[getattr(w, key)] += n
+    await unchanged(w, key)
+
+
+async def m_reads(w: World, page: Any) -> None:
+    assert w.m_own_seq in _seqs(page) and page["max_seq"] >= w.end[w.g], page
+
+
 def unchanged_in(key: str) -> Callable[[World], Awaitable[None]]:
     return lambda w: unchanged(w, key)
 
@@ -238,7 +255,12 @@ async def members_of(w: World) -> dict[int, str]:
 
 async def members_intact(w: World) -> None:
     got = await members_of(w)
-    want = {w.uid("O"): "owner", w.uid("A"): "member", w.uid("B"): "member"}
+    want = {
+        w.uid("O"): "owner",
+        w.uid("A"): "member",
+        w.uid("B"): "member",
+        w.uid("M"): "member",
+    }
     assert got == want, f"group membership changed: {got} != {want}"
 
 
@@ -287,6 +309,7 @@ async def a_sessions_intact(w: World) -> None:
 
 
 PUSH_APP = "com.example.authz"
+MUTED_UNTIL = 4102444800000  # 2100-01-01
 
 
 def upload_of(name: str, which: str, tail: str = "") -> Callable[[World], Awaitable[Any]]:
@@ -1344,6 +1367,19 @@ def _cases() -> list[Case]:
         ),
         Case("R1", "GET history s:A:B", R("R1", "GET", conv_path("ab", "/messages")), NOT_MEMBER),
         Case("R1", "GET members G", lambda w: w.R1.members(w.gid), NOT_MEMBER),
+        Case(
+            "R1",
+            "PUT reaction on A's message in s:A:R1 (kept history, removed)",
+            lambda w: w.R1.react(w.ar1, 1, "👍"),
+            (403, "not_friends"),
+            unchanged_in("ar1"),
+        ),
+        Case(
+            "R1",
+            "remover A: s:A:R1 stays hidden after R1's refused reaction",
+            check(lambda w: remover_lists(w, "A", w.ar1)),
+            _ok,
+        ),
         accept_cell("R1"),
     ]
     cs += own_lists_cells("R1")
@@ -1433,6 +1469,26 @@ def _cases() -> list[Case]:
         ),
         Case("R2", "GET members G", lambda w: w.R2.members(w.gid), NOT_MEMBER),
         Case("R2", "GET history G", R("R2", "GET", conv_path("g", "/messages")), NOT_MEMBER),
+        Case(
+            "R2",
+            "A (removed by R2): PUT reaction on R2's message",
+            lambda w: w.A.react(w.ar2, 2, "👍"),
+            (403, "not_friends"),
+            unchanged_in("ar2"),
+        ),
+        Case(
+            "R2",
+            "A (removed by R2): POST edit own message",
+            lambda w: w.A.edit(w.ar2, 1, "edited"),
+            (403, "not_friends"),
+            unchanged_in("ar2"),
+        ),
+        Case(
+            "R2",
+            "remover R2: s:A:R2 stays hidden after A's refused reaction",
+            check(lambda w: remover_lists(w, "R2", w.ar2)),
+            _ok,
+        ),
     ]
     cs += own_lists_cells("R2")
     cs += ws_cells("R2", ["g"])
@@ -1476,10 +1532,99 @@ def _cases() -> list[Case]:
         Case("X", "GET history s:A:B", R("X", "GET", conv_path("ab", "/messages")), NOT_MEMBER),
         Case("X", "GET history G", R("X", "GET", conv_path("g", "/messages")), NOT_MEMBER),
         Case("X", "GET members G", lambda w: w.X.members(w.gid), NOT_MEMBER),
+        Case(
+            "X",
+            "PUT reaction on A's message in s:A:X",
+            lambda w: w.X.react(w.ax, 1, "👍"),
+            (403, "blocked"),
+            unchanged_in("ax"),
+        ),
+        Case(
+            "X",
+            "DELETE reaction on A's message in s:A:X",
+            lambda w: w.X.unreact(w.ax, 1, "👍"),
+            (403, "blocked"),
+            unchanged_in("ax"),
+        ),
+        Case(
+            "X",
+            "POST edit own message in s:A:X",
+            lambda w: w.X.edit(w.ax, w.x_own_seq, "edited"),
+            (403, "blocked"),
+            unchanged_in("ax"),
+        ),
+        Case(
+            "X",
+            "WS edit own message in s:A:X",
+            ws_err(
+                "X",
+                lambda w: {
+                    "type": "edit",
+                    "conv_id": w.ax,
+                    "seq": w.x_own_seq,
+                    "content": {"text": "edited"},
+                },
+            ),
+            error_frame("blocked"),
+            unchanged_in("ax"),
+        ),
+        Case(
+            "X",
+            "A (the blocker) reacts on X's message: one way, allowed",
+            lambda w: w.A.react(w.ax, w.x_own_seq, "👍"),
+            _ok,
+            lambda w: appended(w, "ax", 1),
+        ),
+        Case(
+            "X",
+            "A takes the reaction back: allowed",
+            lambda w: w.A.unreact(w.ax, w.x_own_seq, "👍"),
+            _ok,
+            lambda w: appended(w, "ax", 1),
+        ),
         accept_cell("X"),
     ]
     cs += own_lists_cells("X")
     cs += ws_cells("X", ["ab"])
+
+    # ---------------- M: a group member muted by the owner ----------------
+    cs += [
+        Case(
+            "M",
+            "POST send G",
+            lambda w: w.M.request("POST", conv_path("g", "/messages")(w), json=send_body()),
+            (403, "muted"),
+            unchanged_in("g"),
+        ),
+        Case("M", "WS send G", ws_send("M", "g"), ack_refused("muted"), unchanged_in("g")),
+        Case(
+            "M",
+            "POST edit own message in G",
+            lambda w: w.M.edit(w.g, w.m_own_seq, "edited"),
+            (403, "muted"),
+            unchanged_in("g"),
+        ),
+        Case(
+            "M",
+            "PUT reaction on O's message in G",
+            lambda w: w.M.react(w.g, w.o_msg_g, "👍"),
+            (403, "muted"),
+            unchanged_in("g"),
+        ),
+        Case(
+            "M",
+            "DELETE reaction on O's message in G",
+            lambda w: w.M.unreact(w.g, w.o_msg_g, "👍"),
+            (403, "muted"),
+            unchanged_in("g"),
+        ),
+        Case(
+            "M",
+            "GET history G (a mute keeps reading)",
+            lambda w: w.M.history(w.g),
+            lambda w, p: m_reads(w, p),
+        ),
+    ]
 
     # ---------------- other user's token: Z's token aimed at A's resources ----------------
     async def me_is_z(w: World, res: Any) -> None:

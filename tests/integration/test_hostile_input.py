@@ -211,7 +211,7 @@ CONTENT_ANY = st.one_of(
     st.fixed_dictionaries({"text": JUNK_SAFE}),
     JUNK_SAFE,
 )
-FRAME_TYPES = ["send", "read", "delivered", "typing", "ping"]
+FRAME_TYPES = ["send", "read", "delivered", "typing", "ping", "edit"]
 
 
 @st.composite
@@ -317,7 +317,8 @@ def conv_valid(v: Any) -> bool:
 
 
 def seq_valid(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    """A seq the server must take (and clamp): a whole number from 0 that fits in 64 bits."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
 
 
 @dataclass
@@ -413,9 +414,18 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
         return Expect("ack", SEND_REFUSALS)
     if not conv_valid(conv):
         return bad
-    if ftype in ("read", "delivered") and not seq_valid(frame.get("seq")):
+    if ftype in ("read", "delivered", "edit") and not seq_valid(frame.get("seq")):
+        return bad
+    if ftype == "edit" and not isinstance(frame.get("content"), dict):
         return bad
     outsider = frozenset({"not_member", "not_found", "forbidden"})
+    if ftype == "edit":
+        # mine: an edit of a message that is not mine, not there, recalled, or content
+        # that a text message cannot take; elsewhere: not my conversation
+        edit_codes = outsider | {"bad_request", "conflict", "rate_limited", "too_large"}
+        if conv == env.mine:
+            return Expect("maybe", edit_codes)
+        return Expect("error", edit_codes | {"not_friends", "blocked"}, why="edit elsewhere")
     if ftype == "typing":  # typing needs send rights: a single chat with a stranger refuses
         outsider |= {"rate_limited", "not_friends", "blocked"}
     if conv == env.mine:
@@ -425,8 +435,9 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
 
 def check_frame_shape(ev: dict[str, Any], where: Any) -> None:
     kind = ev.get("type")
-    # presence: a friend's socket opening or closing, unrelated to the frame under test
-    assert kind in ("error", "ack", "pong", "presence"), (where, ev)
+    # presence: a friend's socket opening or closing, unrelated to the frame under test;
+    # edited: the answer to an edit frame of my own message
+    assert kind in ("error", "ack", "pong", "presence", "edited"), (where, ev)
     if kind == "error":
         assert ev.get("code") in HOSTILE_OK_CODES, (where, ev)
         assert isinstance(ev.get("message"), str) and ev["message"], (where, ev)
@@ -913,6 +924,10 @@ BODY_FIELDS: dict[str, list[str]] = {
     "read": ["seq"],
     "settings": ["muted", "pinned"],
     "password": ["old_password", "new_password"],
+    "upload": ["content_type", "size", "filename"],
+    "push": ["app_id", "pushkey", "platform", "data"],
+    "mute": ["until"],
+    "delete_me": ["password"],
     "none": [],
 }
 
@@ -950,7 +965,28 @@ ENDPOINTS: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("PUT", "/v1/me/password", "password", ()),
     ("GET", "/v1/users/lookup", "none", ("username",)),
     ("GET", "/v1/search", "none", ("q", "conv_id", "limit", "before")),
+    ("GET", "/v1/users/{id}", "none", ()),
+    ("GET", "/v1/me", "none", ()),
+    ("GET", "/v1/me/export", "none", ()),
+    # the password is never the user's: this can only be refused
+    ("DELETE", "/v1/me", "delete_me", ()),
+    ("PUT", "/v1/groups/{id}/members/{id2}/mute", "mute", ()),
+    ("POST", "/v1/uploads", "upload", ()),
+    ("GET", "/v1/uploads/{up}", "none", ("redirect",)),
+    ("GET", "/v1/uploads/{up}/thumbnail", "none", ("redirect",)),
+    ("GET", "/v1/presence", "none", ("user_ids",)),
+    ("PUT", "/v1/push/registration", "push", ()),
+    ("DELETE", "/v1/push/registration", "none", ()),
+    ("GET", "/v1/push/registrations", "none", ()),
 ]
+# upload ids in a path: well-formed but unknown, and whatever text (URL-encoded)
+UPLOAD_SEGMENTS = st.one_of(
+    st.uuids().map(str),
+    st.sampled_from(["0", "-1", "u" * 200, "%00", "%FF", "%2F", "a%20b", "..%2F..%2Fetc"]),
+    _text(nul=True, max_size=40)
+    .filter(lambda s: s not in ("", ".", ".."))
+    .map(lambda s: quote(s.encode("utf-8", "surrogatepass"), safe="")),
+)
 
 RAW_BODIES = [
     b"",
@@ -990,6 +1026,7 @@ def rest_requests(draw: st.DrawFn) -> dict[str, Any]:
         ("{id}", ID_SEGMENTS),
         ("{dev}", DEVICE_SEGMENTS),
         ("{emoji}", EMOJI_SEGMENTS),
+        ("{up}", UPLOAD_SEGMENTS),
     ):
         if key in path:
             path = path.replace(
