@@ -1296,6 +1296,76 @@ def _rest_cases() -> list[tuple[str, str, bytes | None, dict[str, str] | None, s
         ("before", "%ED%A0%80"),
     ):
         cases.append(("GET", "/v1/search", None, {"q": "hi", key: value}, {400, 414}))
+    # uploads: sizes, types and names a ticket must refuse; ids that name nothing
+    for body in (
+        b'{"content_type": "text/plain", "size": -1}',
+        b'{"content_type": "text/plain", "size": 0.5}',
+        b'{"content_type": "text/plain", "size": "10"}',
+        b'{"content_type": "text/plain", "size": 1180591620717411303424}',
+        b'{"content_type": "text/plain", "size": 9223372036854775808}',
+        b'{"content_type": "text/plain", "size": 1e400}',
+        b'{"content_type": "text/plain", "size": NaN}',
+        b'{"content_type": "", "size": 10}',
+        b'{"content_type": "text/plain\\r\\nx-amz-acl: public-read", "size": 10}',
+        b'{"content_type": "' + b"x" * 300 + b'/y", "size": 10}',
+        b'{"content_type": "text/plain", "size": 10, "filename": "' + b"n" * 10_000 + b'"}',
+        b'{"size": 10}',
+        b'{"content_type": "text/plain"}',
+        b"[]",
+    ):
+        cases.append(("POST", "/v1/uploads", body, None, {400, 413, 422}))
+    for raw in ("%00", "x" * 5000, "%ED%A0%80", "%FF", "..%2F..%2Fx", "00000000-0000-0000-0000"):
+        cases.append(("GET", f"/v1/uploads/{raw}", None, None, {400, 404, 414, 422}))
+        cases.append(("GET", f"/v1/uploads/{raw}/thumbnail", None, None, {400, 404, 414, 422}))
+    # push registrations: platforms, keys and app ids outside their rules
+    for body in (
+        b'{"app_id": "com.example", "pushkey": "k", "platform": "bogus"}',
+        b'{"app_id": "com.example", "pushkey": "", "platform": "apns"}',
+        b'{"app_id": "com.example", "pushkey": "' + b"k" * 600 + b'", "platform": "apns"}',
+        b'{"app_id": "com.example", "pushkey": "k\u0000", "platform": "fcm"}',
+        b'{"app_id": "com.example", "pushkey": "k\n", "platform": "fcm"}',
+        b'{"app_id": "", "pushkey": "k", "platform": "apns"}',
+        b'{"app_id": "a b", "pushkey": "k", "platform": "apns"}',
+        b'{"app_id": "' + b"a" * 65 + b'", "pushkey": "k", "platform": "apns"}',
+        b'{"app_id": 1, "pushkey": "k", "platform": "apns"}',
+        b'{"pushkey": "k", "platform": "apns"}',
+    ):
+        cases.append(("PUT", "/v1/push/registration", body, None, {400, 422}))
+    # presence: ids that are not ids, too many, too long
+    for q in (
+        "",
+        "abc",
+        "1,,2",
+        "-1",
+        "0",
+        "1.5",
+        big,
+        ",".join(map(str, range(1, 302))),
+        "9" * 5000,
+        "1;2",
+    ):
+        cases.append(("GET", "/v1/presence", None, {"user_ids": q}, {400, 414, 422}))
+    # profiles by id: not ids
+    for raw in ("-1", "0", big, "1.5", "abc", "%00"):
+        cases.append(("GET", f"/v1/users/{raw}", None, None, {400, 404, 422}))
+    # reactions: what is not one emoji, on a message that does not exist
+    for emoji in ("x" * 33, "a%20b", "%00", "%0A", "%ED%A0%80", "%FF"):
+        path = f"/v1/conversations/s:1:2/messages/1/reactions/{emoji}"
+        cases.append(("PUT", path, None, None, {400, 403, 404}))
+    # edits: content that no message may take
+    for body in (
+        b'{"content": null}',
+        b'{"content": "text"}',
+        b'{"content": []}',
+        b'{"content": {"text": 1180591620717411303424}}',
+        b"{}",
+    ):
+        cases.append(
+            ("POST", "/v1/conversations/s:1:2/messages/1/edit", body, None, {400, 403, 404, 422})
+        )
+    # a mute with an instant that is not one
+    for body in (b'{"until": -1}', b'{"until": "soon"}', b'{"until": 1e400}', b"{}"):
+        cases.append(("PUT", "/v1/groups/1/members/2/mute", body, None, {400, 403, 404, 422}))
     return cases
 
 
