@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
+import emoji
 from pydantic import (
     AfterValidator,
     Field,
@@ -240,24 +240,19 @@ def valid_client_msg_id(value: object) -> bool:
 
 EMOJI_MAX_CHARS = 32
 EMOJI_RULE = (
-    "must be 1-32 Unicode characters, none of them whitespace, control characters, "
-    "surrogates or U+FFFD"
+    "must be one fully-qualified Unicode emoji (one picture: a ZWJ sequence, a skin tone, "
+    "a flag or a keycap included), e.g. 👍 or ❤️ (not the bare ❤)"
 )
 
 
-_NOT_IN_EMOJI = frozenset({"Cc", "Cs", "Zs", "Zl", "Zp"})
-
-
 def valid_emoji(value: object) -> bool:
-    """THE reaction rule: 1-32 code points, no whitespace (any Unicode space or line
-    separator), no control character (``Cc``, NUL included), no surrogate (``Cs``), no
-    U+FFFD (what a path that is not UTF-8 decodes to: a broken encoding is refused, not
-    stored as a different emoji).
-    Joiners and variation selectors (``U+200D``, ``U+FE0F``) are allowed: emoji sequences
-    need them. The server does not check that it is an emoji: any short token is kept."""
+    """THE reaction rule: exactly one emoji that Unicode lists as fully qualified
+    (``emoji-test.txt``, as shipped by the ``emoji`` package), at most 32 code points.
+    Fully qualified only, so each picture has one spelling: "❤️" is a reaction, the bare
+    "❤" (U+2764 without its variation selector) is refused rather than counted apart.
+    Free text, several emojis, a skin tone alone, control characters, a broken encoding
+    (U+FFFD) are all refused."""
     if not isinstance(value, str) or not 1 <= len(value) <= EMOJI_MAX_CHARS:
         return False
-    for ch in value:
-        if ch.isspace() or ch == "\ufffd" or unicodedata.category(ch) in _NOT_IN_EMOJI:
-            return False
-    return True
+    data = emoji.EMOJI_DATA.get(value)
+    return data is not None and data["status"] == emoji.STATUS["fully_qualified"]

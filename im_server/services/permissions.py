@@ -12,12 +12,20 @@ import logging
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.errors import unavailable
+from im_server.errors import ImError, unavailable
 from im_server.ids import ConvRef
 from im_server.storage import contacts, conversations
 from im_server.storage.db import now_ms
+from im_server.storage.redis.replies import RefusalCode
 
 log = logging.getLogger("im_server.permissions")
+
+DENIED: dict[RefusalCode, str] = {
+    "not_friends": "you are not friends (or one side removed the other)",
+    "blocked": "the receiver blocked you",
+    "not_member": "you are not a member of this conversation",
+    "muted": "an admin of this group muted you for now",
+}
 PERM_TTL_SECONDS = 24 * 3600
 
 
@@ -68,10 +76,45 @@ async def single_send_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
     chat fails open)."""
     assert ref.kind == "single"
     try:
-        st = await ctx.redis.perm_status(ref.conv_id, user_id)
-        if st is None:
-            await load_send_permissions(ctx, ref, await ctx.redis.perm_epoch(ref.conv_id))
-            st = await ctx.redis.perm_status(ref.conv_id, user_id)
+        return await _cached_status(ctx, ref, user_id)
     except Exception:  # noqa: BLE001 - fail open, as the send does
         return "ok"
+
+
+async def check_write(ctx: Context, ref: ConvRef, user_id: int) -> None:
+    """Raise the refusal a send by ``user_id`` in ``ref`` would get now (see
+    :func:`write_status`)."""
+    st = await write_status(ctx, ref, user_id)
+    if st != "ok":
+        code: RefusalCode = st if st in DENIED else "not_member"
+        raise ImError(code, DENIED[code])
+
+
+async def write_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
+    """'ok', or the code a send by ``user_id`` in ``ref`` would be refused with now
+    ('not_friends', 'blocked', 'not_member', 'muted'), read from the cache the send
+    script reads and interpreted as it does. For what announces itself with a notice
+    in the seq stream without being a send (a reaction): the same rules as a send.
+    A failed lookup fails open in a single chat and raises ``unavailable`` in a group,
+    as the send does."""
+    if ref.kind == "single":
+        return await single_send_status(ctx, ref, user_id)
+    try:
+        st = await _cached_status(ctx, ref, user_id)
+    except ImError:
+        raise
+    except Exception as e:  # a store failure: a group fails closed
+        metrics.PERMISSION_LOOKUP_FAILURES.inc()
+        raise unavailable("group membership cannot be checked now, try again") from e
+    if st.startswith("muted:"):
+        return "muted" if int(st.removeprefix("muted:")) > now_ms() else "ok"
+    return st
+
+
+async def _cached_status(ctx: Context, ref: ConvRef, user_id: int) -> str:
+    st = await ctx.redis.perm_status(ref.conv_id, user_id)
+    if st is None:
+        if not await load_send_permissions(ctx, ref, await ctx.redis.perm_epoch(ref.conv_id)):
+            return "ok"  # a single chat whose lookup failed: open
+        st = await ctx.redis.perm_status(ref.conv_id, user_id)
     return st or "ok"

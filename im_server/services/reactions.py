@@ -17,7 +17,7 @@ from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
 from im_server.ids import ConvRef
 from im_server.protocol.types import EMOJI_RULE, SERVER_CONTENT_TYPES, valid_emoji
-from im_server.services import outbox
+from im_server.services import outbox, permissions
 from im_server.services.recall import visible_message
 from im_server.storage import reactions
 
@@ -40,7 +40,10 @@ async def do_react(
         raise not_found("no such message")
     if ref.kind == "group" and not m.active:
         raise ImError("not_member", "you are no longer a member of this group")
-    ctx.rate.send.check(user_id, "messages")  # before any change: a refusal changes nothing
+    # the rules of a send in this conversation (a block, a removed friend, a mute), then
+    # its rate: before any change, so a refusal appends nothing
+    await permissions.check_write(ctx, ref, user_id)
+    ctx.rate.send.check(user_id, "messages")
     s = ctx.settings
     async with ctx.db.begin() as conn:
         recalled = await reactions.lock_message(conn, ref.conv_id, seq)

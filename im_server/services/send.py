@@ -33,7 +33,6 @@ from im_server.services.history import window
 from im_server.storage import conversations
 from im_server.storage import messages as msg_store
 from im_server.storage.redis.replies import (
-    RefusalCode,
     SendCheckDedupe,
     SendDuplicate,
     SendNeedsPermissions,
@@ -113,7 +112,7 @@ async def check_extras(
     async with ctx.db.connect() as conn:
         conv, me = await conversations.conv_and_member(conn, ref.conv_id, sender_id)
     if ref.kind == "group" and (me is None or not me.active):
-        raise ImError("not_member", _DENIED["not_member"])
+        raise ImError("not_member", permissions.DENIED["not_member"])
     if mention_all and (me is None or me.role < conversations.ROLE_ADMIN):
         raise ImError("forbidden", "only the group's owner and admins can mention all")
     if reply_to is not None:
@@ -239,7 +238,7 @@ def settle(
         return ack(r.conv_id, args.client_msg_id, r.seq, r.server_time, True)
     if isinstance(r, SendRefused):
         metrics.SENDS.labels(r.code).inc()
-        raise ImError(r.code, _DENIED[r.code])
+        raise ImError(r.code, permissions.DENIED[r.code])
     return None
 
 
@@ -352,12 +351,6 @@ _PG_FAILURES = (
     asyncpg.PostgresConnectionError,
     asyncpg.OperatorInterventionError,  # shutting down, starting up, statement timeout
 )
-_DENIED: dict[RefusalCode, str] = {
-    "not_friends": "you are not friends (or one side removed the other)",
-    "blocked": "the receiver blocked you",
-    "not_member": "you are not a member of this conversation",
-    "muted": "an admin of this group muted you for now",
-}
 
 
 def dedupe_checker(engine: AsyncEngine) -> DedupeChecker:

@@ -143,6 +143,47 @@ async def test_send_burst_is_limited_and_refusals_take_no_seq(
     await other.close()
 
 
+async def test_reaction_toggles_share_the_send_bucket_and_refusals_append_nothing(
+    duo: tuple[Client, Client, str],
+) -> None:
+    """A reaction appends a notice to the seq stream as a send does: a burst of toggles
+    draws on the same bucket, and a refused toggle changes nothing."""
+    alice, bob, conv = duo
+    first = await alice.send_rest(conv, "react to me")
+    seq = int(first["seq"])
+    done, refused = 0, 0
+    started = time.monotonic()
+    for i in range(3 * SEND_BURST):
+        try:
+            await (bob.react if i % 2 == 0 else bob.unreact)(conv, seq, "👍")
+            done += 1
+        except ApiError as e:
+            assert (e.status, e.code) == (429, "rate_limited"), e
+            refused += 1
+    elapsed = time.monotonic() - started
+    assert refused > 0 and SEND_BURST <= done <= SEND_BURST + int(elapsed * SEND_PER_S) + 2
+    # the bucket is bob's, for sends too: sends right after the burst are refused (three
+    # tries: one token may have refilled meanwhile)
+    codes = []
+    for _ in range(3):
+        try:
+            await bob.send_rest(conv, "after the toggles")
+            codes.append("ok")
+        except ApiError as e:
+            codes.append(e.code)
+    assert "rate_limited" in codes, codes
+
+    async def notices() -> list[int] | None:
+        msgs = (await alice.history(conv, limit=200))["messages"]
+        found = [m["seq"] for m in msgs if m["content_type"] == "reaction"]
+        return found if len(found) >= done else None
+
+    # one notice per accepted toggle, none for a refused one, seqs dense after the message
+    assert await eventually(notices) == list(range(seq + 1, seq + 1 + done))
+    await asyncio.sleep(0.5)  # under test: nothing more arrives late
+    assert len(await notices() or []) == done
+
+
 async def test_read_reports_are_limited_and_refusals_move_no_cursor(
     duo: tuple[Client, Client, str], limited: ServerProcess
 ) -> None:

@@ -55,7 +55,13 @@ def test_notices_are_the_servers_and_never_unread() -> None:
     assert set(SERVER_CONTENT_TYPES) == set(NOT_UNREAD_TYPES)
 
 
-@pytest.mark.parametrize("emoji", ["👍", "👍🏽", "👨‍👩‍👧", "❤️", "+1", ":tada:", "x" * 32, "a/b"])
+@pytest.mark.parametrize(
+    "emoji",
+    # a picture, a skin tone, a ZWJ family, a heart with its variation selector, a flag,
+    # a keycap, a ZWJ flag, the web client's picker
+    ["👍", "👍🏽", "👨‍👩‍👧", "❤️", "🇫🇷", "1️⃣", "🏳️‍🌈", "🫠"]
+    + ["👍", "❤️", "😂", "😮", "😢", "🎉", "🙏", "👀", "🔥", "👏", "✅", "🤔"],
+)
 def test_emojis_accepted(emoji: str) -> None:
     assert valid_emoji(emoji)
 
@@ -76,6 +82,20 @@ def test_emojis_accepted(emoji: str) -> None:
         "\ud800",
         "\ufffd",
         1,
+        # free text and shortcodes: not one emoji
+        "+1",
+        ":tada:",
+        "x" * 32,
+        "a/b",
+        "a",
+        # two emojis, a skin tone alone, a bare joiner, the unqualified spellings of
+        # emojis that have a fully-qualified one (one spelling per picture)
+        "👍👍",
+        "🏽",
+        "\u200d",
+        "❤",
+        "1⃣",
+        "👍 ",
     ],
 )
 def test_emojis_refused(emoji: object) -> None:
