@@ -87,9 +87,17 @@ def check_password(password: object, field: str = "password") -> str:
     return check_text(password, field)
 
 
+RESERVED_DEVICE_IDS = frozenset({"current"})
+
+
 def check_device_id(device_id: object) -> str:
+    """The device id rule. ``current`` is reserved: ``DELETE /v1/sessions/current`` is
+    this session's own path, so a device of that name could never be revoked by name
+    from another device."""
     if not isinstance(device_id, str) or not _DEVICE.fullmatch(device_id):
         raise bad_request("device_id: 1-64 characters of letters, digits, '_', '.', ':', '-'")
+    if device_id in RESERVED_DEVICE_IDS:
+        raise bad_request(f"device_id: {device_id!r} is reserved, choose another name")
     return device_id
 
 

@@ -170,6 +170,26 @@ async def test_revoke_device_path_is_validated(
     assert (await alice.me())["user_id"] == alice.user_id
 
 
+async def test_device_named_current_is_refused_at_login(url: str) -> None:
+    """``current`` names this session's own path (``DELETE /v1/sessions/current``): a
+    device of that name could not be revoked from another device, so it is refused."""
+    a = await new_user(url, "cur")
+    try:
+        for name in ("current",):
+            with pytest.raises(ApiError) as e:
+                await login(url, a, name)
+            assert (e.value.status, e.value.code) == (400, "bad_request"), e.value
+        assert [r["device_id"] for r in await a.sessions()] == [a.device_id]
+        # a name that only looks like it is fine, and revocable from another device
+        other = await login(url, a, "Current")
+        await a.revoke_session("Current")
+        with pytest.raises(ApiError) as e:
+            await other.me()
+        assert e.value.status == 401
+    finally:
+        await a.aclose()
+
+
 async def test_revoke_device_of_another_user_is_404(url: str) -> None:
     a, b = await new_user(url, "a"), await new_user(url, "b")
     b_phone = await login(url, b, "phone")
