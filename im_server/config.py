@@ -174,6 +174,12 @@ class Settings(BaseSettings):
     lookup_user_max: int = 60
     lookup_addr_max: int = 300
     lookup_window_seconds: int = 900
+    # account creations per client address, and friend requests per user, counted the
+    # same way (across processes); <= 0 turns one off
+    register_addr_max: int = 30
+    register_window_seconds: int = 3600
+    friend_request_user_max: int = 50
+    friend_request_window_seconds: int = 3600
 
     # HTTP transport limits
     max_body_bytes: int = 1024 * 1024

@@ -80,9 +80,11 @@ PERSIST_POISON = Counter(
     "Messages whose content the database refused (stored with a placeholder)",
 )
 LOGINS = Counter("im_logins_total", "Login attempts by outcome", ["outcome"])
-LOOKUP_THROTTLE_UNAVAILABLE = Counter(
-    "im_lookup_throttle_unavailable_total",
-    "Username lookups let through uncounted because Redis could not be reached",
+QUOTA_UNAVAILABLE = Counter(
+    "im_quota_unavailable_total",
+    "Lookups, registrations and friend requests let through uncounted because Redis "
+    "could not be reached",
+    ["what"],
 )
 LOGIN_THROTTLE_UNAVAILABLE = Counter(
     "im_login_throttle_unavailable_total",

@@ -18,7 +18,7 @@ from im_server.api.responses import (
     UserProfile,
 )
 from im_server.api.schemas import AccountDeletion, NewSession, NewUser, PasswordChange
-from im_server.services import accounts, deletion, export, lookup_throttle
+from im_server.services import accounts, deletion, export, profiles
 
 router = APIRouter(prefix="/v1", tags=["accounts"], responses=ERRORS, route_class=StrictJsonRoute)
 
@@ -27,8 +27,10 @@ DevicePath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 @router.post("/users", status_code=201, response_model=Registered, summary="Register a user")
-async def register(body: NewUser, ctx: Ctx) -> dict[str, Any]:
-    return await accounts.do_register(ctx, body.username, body.password, body.display_name)
+async def register(body: NewUser, ctx: Ctx, request: Request) -> dict[str, Any]:
+    return await accounts.do_register(
+        ctx, body.username, body.password, body.display_name, client_host(request)
+    )
 
 
 @router.post(
@@ -80,7 +82,7 @@ async def revoke_device(device_id: DevicePath, caller: CurrentUser, ctx: Ctx) ->
 
 @router.get("/me", response_model=PublicUser, summary="Who am I")
 async def me(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    return await accounts.me(ctx, caller.user_id)
+    return await profiles.me(ctx, caller.user_id)
 
 
 @router.put(
@@ -141,8 +143,7 @@ async def lookup_user(
     ctx: Ctx,
     request: Request,
 ) -> dict[str, Any]:
-    await lookup_throttle.take(ctx, caller.user_id, client_host(request))
-    return await accounts.lookup(ctx, username)
+    return await profiles.lookup(ctx, caller.user_id, username, client_host(request))
 
 
 @router.get(
@@ -151,5 +152,7 @@ async def lookup_user(
     response_model_exclude_none=True,
     summary="A user's public profile (username, display name); {user_id, deleted} if deleted",
 )
-async def user_profile(user_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
-    return await accounts.profile(ctx, user_id)
+async def user_profile(
+    user_id: Id, caller: CurrentUser, ctx: Ctx, request: Request
+) -> dict[str, Any]:
+    return await profiles.profile(ctx, caller.user_id, user_id, client_host(request))

@@ -43,6 +43,11 @@ FAST_HASH_ENV = {
     "IM_RATE_MEMBERS_BURST": "100000",
     "IM_LOGIN_FAIL_USER_MAX": "100000",
     "IM_LOGIN_FAIL_ADDR_MAX": "100000",
+    # every test user is registered, looked up and befriended from 127.0.0.1
+    "IM_REGISTER_ADDR_MAX": "1000000",
+    "IM_LOOKUP_USER_MAX": "100000",
+    "IM_LOOKUP_ADDR_MAX": "1000000",
+    "IM_FRIEND_REQUEST_USER_MAX": "100000",
 }
 
 

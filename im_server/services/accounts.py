@@ -26,7 +26,7 @@ from im_server.config import Settings
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.names import NameRefused, check_display_name, normalize_username, username_key
-from im_server.services import login_throttle
+from im_server.services import login_throttle, quotas
 from im_server.storage import accounts as store
 from im_server.storage.db import now_ms
 
@@ -136,9 +136,16 @@ async def verify_password(ctx: Context, password_hash: str | None, password: str
 
 
 async def do_register(
-    ctx: Context, username: object, password: object, display_name: object = None
+    ctx: Context,
+    username: object,
+    password: object,
+    display_name: object = None,
+    client_host: str | None = None,
 ) -> dict[str, object]:
+    """A new account. Counted per client address before the password is hashed (past the
+    limit: ``rate_limited``, nothing hashed, nothing created)."""
     name, pw, display = check_registration(username, password, display_name)
+    await quotas.registration(ctx, client_host)
     hashed = await asyncio.to_thread(_ph(ctx).hash, pw)
     async with ctx.db.begin() as conn:
         user_id = await store.create_user(conn, name, username_key(name), display, hashed)
@@ -345,37 +352,3 @@ async def do_change_password(
 
 
 # ---- users ----------------------------------------------------------------------------------
-
-
-def _public(user: store.UserRow) -> dict[str, object]:
-    return {"user_id": user.user_id, "username": user.username, "display_name": user.display_name}
-
-
-async def me(ctx: Context, user_id: int) -> dict[str, object]:
-    async with ctx.db.connect() as conn:
-        user = await store.user_by_id(conn, user_id)
-    if user is None or user.deleted:
-        raise ImError("unauthorized", "user is gone")
-    return _public(user)
-
-
-async def profile(ctx: Context, user_id: int) -> dict[str, object]:
-    """Another user's public profile (what a client shows next to a user id); a deleted
-    account answers ``{user_id, deleted: true}`` and nothing else."""
-    async with ctx.db.connect() as conn:
-        user = await store.user_by_id(conn, user_id)
-    if user is None:
-        raise ImError("not_found", "no such user")
-    if user.deleted:
-        return {"user_id": user.user_id, "deleted": True}
-    return _public(user)
-
-
-async def lookup(ctx: Context, username: object) -> dict[str, object]:
-    """The user with this username, compared as at registration (NFKC, case folded)."""
-    name = normalize_username(username)
-    async with ctx.db.connect() as conn:
-        user = await store.user_by_name(conn, name, username_key(name))
-    if user is None:
-        raise not_found("no such user")
-    return _public(user)

@@ -8,7 +8,7 @@ from typing import Any
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.ids import MAX_ID, single_conv_id
-from im_server.services import notify, permissions, seqs
+from im_server.services import notify, permissions, quotas, seqs
 from im_server.storage import accounts, contacts, conversations
 from im_server.storage.db import next_version_txn
 
@@ -43,6 +43,7 @@ async def do_request_friend(
     if not isinstance(note, str) or len(note) > 256:
         raise bad_request("note: at most 256 characters")
     check_text(note, "note")
+    await quotas.friend_request(ctx, me)  # every well-formed request counts, found or not
     accepted: str | None = None
     async with ctx.db.begin() as conn:
         if not await accounts.existing_user_ids(conn, [to]):

@@ -240,3 +240,20 @@ async def single_send_statuses(conn: AsyncConnection, a: int, b: int) -> dict[in
         a: "not_friends" if not ok_pair else ("blocked" if b_blocks_a else "ok"),
         b: "not_friends" if not ok_pair else ("blocked" if a_blocks_b else "ok"),
     }
+
+
+async def related(conn: AsyncConnection, a: int, b: int) -> bool:
+    """Whether a and b share anything: a friendship (ever: the row is never deleted), a
+    pending friend request either way, or a conversation (a group, joined now or before)."""
+    lo, hi = min(a, b), max(a, b)
+    r = await conn.execute(
+        text(
+            "SELECT EXISTS (SELECT 1 FROM friendships WHERE user_a = :lo AND user_b = :hi) "
+            "OR EXISTS (SELECT 1 FROM friend_requests WHERE status = 0 AND "
+            "((from_user_id = :a AND to_user_id = :b) OR (from_user_id = :b AND to_user_id = :a))) "
+            "OR EXISTS (SELECT 1 FROM conv_members x JOIN conv_members y "
+            "ON y.conv_id = x.conv_id AND y.user_id = :b WHERE x.user_id = :a)"
+        ),
+        {"a": a, "b": b, "lo": lo, "hi": hi},
+    )
+    return bool(r.scalar())

@@ -63,6 +63,7 @@ async function authSubmit(register) {
         await api.register(username, password);
       } catch (e) {
         if (e.code === 'conflict') throw new Error('That username is taken. Log in instead?');
+        if (e.code === 'rate_limited') throw new Error('Too many new accounts from your network. Try again later.');
         throw e;
       }
     }

@@ -63,7 +63,8 @@ export class Dialogs {
       else this.toast(`Request sent to ${byId ? this.store.plainName(id) : who}`);
     } catch (e) {
       err.textContent = e.code === 'not_found' ? `No user with id ${id}.`
-        : e.code === 'conflict' ? 'You are already friends.' : e.message;
+        : e.code === 'conflict' ? 'You are already friends.'
+        : e.code === 'rate_limited' ? 'You sent many friend requests lately. Try again later.' : e.message;
     }
   }
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from im_server.client import Client
-from tests.support import ServerProcess, Stores, metric, new_addr, new_user
+from tests.support import ServerProcess, Stores, befriend, metric, new_addr, new_user
 
 USER_MAX, ADDR_MAX = 5, 8
 LIMITS = {
@@ -75,6 +75,54 @@ async def test_a_user_past_the_limit_is_refused_found_or_not(
     finally:
         await me.aclose()
         await known.aclose()
+
+
+async def profile(
+    http: httpx.AsyncClient, url: str, me: Client, uid: int, addr: str
+) -> httpx.Response:
+    return await http.get(
+        f"{url}/v1/users/{uid}",
+        headers={"Authorization": f"Bearer {me.token}", "X-Forwarded-For": addr},
+    )
+
+
+async def test_profiles_of_strangers_share_the_lookup_budget(
+    counted: ServerProcess, http: httpx.AsyncClient
+) -> None:
+    """``GET /v1/users/{id}`` can't walk the (sequential) ids either: a stranger's profile,
+    or an id that names nobody, spends a lookup; the profiles of people I share a
+    friendship, a pending request or a group with, and my own, spend nothing."""
+    me, friend, asker, mate, stranger = [
+        await new_user(counted.url, p) for p in ("walker", "friend", "asker", "mate", "stranger")
+    ]
+    try:
+        await befriend(me, friend)
+        await asker.request_friend(int(me.user_id))  # type: ignore[arg-type]
+        await mate.create_group("g", [int(me.user_id)])  # type: ignore[arg-type]
+        free = [me, friend, asker, mate]
+        # the free ones, many times over the budget: all answered, nothing spent
+        for _ in range(2):
+            for c in free:
+                r = await profile(http, counted.url, me, int(c.user_id), new_addr())  # type: ignore[arg-type]
+                assert r.status_code == 200 and r.json()["user_id"] == c.user_id, r.text
+        assert (await lookup(http, counted.url, me, "nobody", new_addr())).status_code == 404
+        # strangers, existing or not, spend the rest of the budget (one lookup spent above)
+        got = []
+        base = int(stranger.user_id)  # type: ignore[arg-type]
+        for i in range(USER_MAX - 1):
+            uid = base if i == 0 else base + 10_000 + i
+            got.append((await profile(http, counted.url, me, uid, new_addr())).status_code)
+        assert got == [200] + [404] * (USER_MAX - 2), got
+        # past it: strangers' profiles and lookups are refused, friends' still answer
+        assert_throttled(await profile(http, counted.url, me, base, new_addr()))
+        assert_throttled(await profile(http, counted.url, me, base + 1, new_addr()))
+        assert_throttled(await lookup(http, counted.url, me, stranger.username or "", new_addr()))
+        for c in free:
+            r = await profile(http, counted.url, me, int(c.user_id), new_addr())  # type: ignore[arg-type]
+            assert r.status_code == 200, r.text
+    finally:
+        for c in (me, friend, asker, mate, stranger):
+            await c.aclose()
 
 
 async def test_a_parallel_burst_is_counted_exactly(
@@ -143,8 +191,8 @@ async def test_lookups_go_on_uncounted_while_redis_is_down(tmp_path: Path) -> No
             for _ in range(USER_MAX + 2):
                 r = await lookup(h, srv.url, me, other.username or "", new_addr())
                 assert r.status_code == 200, r.text
-        assert metric(srv.url, "im_lookup_throttle_unavailable_total") >= USER_MAX + 2
-        assert "lookup throttle unavailable" in srv.log_tail(200)
+        assert metric(srv.url, 'im_quota_unavailable_total{what="lookup"}') >= USER_MAX + 2
+        assert "lookup quota unavailable" in srv.log_tail(200)
         await me.aclose()
         await other.aclose()
     finally:

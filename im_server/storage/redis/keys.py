@@ -158,3 +158,13 @@ def lookups_user(user_id: int) -> str:
 def lookups_addr(addr: str) -> str:
     """Username lookups made from one client address (an IPv6 client: its /64)."""
     return f"im:lk:a:{addr}"
+
+
+def registrations_addr(addr: str) -> str:
+    """Accounts created from one client address (an IPv6 client: its /64)."""
+    return f"im:rg:a:{addr}"
+
+
+def friend_requests_user(user_id: int) -> str:
+    """Friend requests sent by one user."""
+    return f"im:fr:u:{user_id}"
