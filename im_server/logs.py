@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 from types import TracebackType
+from urllib.parse import unquote_plus
 
 import orjson
 
@@ -55,12 +56,30 @@ _RULES = tuple(
 )
 
 
+# a query parameter whose name is spelled with escapes (``%74oken=``, ``tok%65n=``,
+# ``+``): the name is decoded as the server decodes it (``urllib.parse`` percent-decoding,
+# ``+`` as a space) and its value masked when that names a secret
+_ESCAPED_PARAM = re.compile(
+    r"""(?:^|[?&;\s"'])(?P<n>[^=&\s?#;"'<>]*(?:%[0-9a-fA-F]{2}|\+)[^=&\s?#;"'<>]*)=(?P<s>[^&\s"'#<>;,]*)"""
+)
+_SECRET_NAMES = frozenset(_KEYS.split("|")) | {"passwd", "x-amz-signature"}
+
+
+def _escaped_params(text: str, spans: list[tuple[int, int]]) -> None:
+    for m in _ESCAPED_PARAM.finditer(text):
+        name = unquote_plus(m.group("n")).strip().lower()
+        if name in _SECRET_NAMES and m.end("s") > m.start("s"):
+            spans.append(m.span("s"))
+
+
 def redact(text: str) -> str:
     """``text`` with tokens, bearer credentials, URL passwords, password fields and
-    password hashes replaced by ``***``."""
+    password hashes replaced by ``***``; a query parameter counts by its decoded name."""
     low = text.lower()
     same = len(low) == len(text)
     spans: list[tuple[int, int]] = []
+    if "%" in text or "+" in text:
+        _escaped_params(text, spans)
     for cands, on_lower, on_text in _RULES:
         for cand in cands:
             if cand in low:

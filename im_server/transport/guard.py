@@ -7,6 +7,12 @@ body, as soon as the bytes received pass the limit (at most the limit is buffere
 gets the security headers of :mod:`im_server.transport.headers` (the page's CSP names
 the object store's origin, from the app's settings).
 
+A token in the query string (``?token=``, ``?access_token=``, in any spelling the query
+parser decodes to those names) is refused with 400 before the app: only the WebSocket
+endpoint takes its token there (browsers cannot set headers on an upgrade); anywhere
+else a URL is what lands in logs, browser history and proxies, so a client that put a
+token there is told to use the header instead of being served.
+
 WebSocket scopes pass straight through (and ``/v1/ws`` does not even come here: it is
 served in front of this layer by ``with_websocket``)."""
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from fastapi import FastAPI
@@ -48,6 +55,11 @@ class HttpGuard:
             413, "too_large", f"the request body is over {max_body_bytes} bytes"
         )
         self._bad_length = error_response(400, "bad_request", "bad Content-Length")
+        self._query_token = error_response(
+            400,
+            "bad_request",
+            "a token goes in the Authorization header (Bearer), never in the URL",
+        )
         # presigned URLs carry the public endpoint when there is one: that is the origin
         settings = getattr(app.state, "settings", None)
         endpoint = None
@@ -66,6 +78,9 @@ class HttpGuard:
                 message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
+        if has_query_token(scope.get("query_string", b"")):
+            await self._refuse(send_with_headers, 400, self._query_token)
+            return
         chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -107,6 +122,18 @@ class HttpGuard:
         head, body = response
         await send({"type": "http.response.start", "status": status, "headers": head})
         await send({"type": "http.response.body", "body": body})
+
+
+QUERY_TOKEN_NAMES = frozenset({"token", "access_token"})
+
+
+def has_query_token(query: bytes) -> bool:
+    """Whether the query string names a token, as ``urllib.parse`` decodes it (the
+    WebSocket endpoint's parser): ``%74oken``, ``tok%65n`` and ``TOKEN`` included."""
+    if b"=" not in query:
+        return False
+    names = (n.strip().lower() for n, _ in parse_qsl(query.decode("latin-1"), True))
+    return any(n in QUERY_TOKEN_NAMES for n in names)
 
 
 def _replay(messages: deque[Message], receive: Receive) -> Receive:

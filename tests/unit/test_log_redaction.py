@@ -37,8 +37,22 @@ from im_server import logs
         ("host=db password=pw user=im", "host=db password=*** user=im"),
         ('"metrics_token": "m"', '"metrics_token": "***"'),
         ("$argon2id$v=19$m=1024,t=1,p=1$c2FsdA$aGFzaA", "$argon2id$***"),
+        # the names as the server's query parser decodes them (percent escapes, "+")
+        (
+            '127.0.0.1:5 - "WebSocket /v1/ws?%74oken=Ab-9" [accepted]',
+            '127.0.0.1:5 - "WebSocket /v1/ws?%74oken=***" [accepted]',
+        ),
+        ("/v1/ws?x=1&tok%65n=abc&y=2", "/v1/ws?x=1&tok%65n=***&y=2"),
+        ("/v1/ws?%74%6F%6B%65%6E=abc", "/v1/ws?%74%6F%6B%65%6E=***"),
+        ("/v1/ws?%54%4FKEN=abc", "/v1/ws?%54%4FKEN=***"),
+        ("/v1/ws?+token+=abc", "/v1/ws?+token+=***"),
+        ("/v1/ws?access%5Ftoken=abc", "/v1/ws?access%5Ftoken=***"),
+        ("/login?pass%77ord=hunter2", "/login?pass%77ord=***"),
+        ("GET /v1/ws?%74oken=abc HTTP/1.1", "GET /v1/ws?%74oken=*** HTTP/1.1"),
         # nothing to hide
         ("http://127.0.0.1:8000/v1/ws", "http://127.0.0.1:8000/v1/ws"),
+        ("/v1/search?q=a+b&x=%20y", "/v1/search?q=a+b&x=%20y"),
+        ("/v1/ws?%74okens=abc", "/v1/ws?%74okens=abc"),
         ("token_hash=abc refreshed", "token_hash=abc refreshed"),
         ("12:00:01 INFO uvicorn.error: Started", "12:00:01 INFO uvicorn.error: Started"),
         ('"password": ""', '"password": ""'),
