@@ -2,7 +2,9 @@
 
 - JSON bodies go through orjson, as WebSocket frames do: strict RFC 8259, so ``NaN``,
   ``Infinity`` and lone surrogates are refused (422 ``bad_request``) instead of being
-  stored as null or failing later in the database.
+  stored as null or failing later in the database; an integer outside the signed 64-bit
+  range is refused (400 ``bad_request``) instead of being rounded to a float
+  (``protocol/json_ints.py``).
 - Integers in paths and queries are ASCII digits only: Python's ``int()`` and pydantic's
   lax mode also take ``1_0``, ``+10``, `` 10`` and full-width digits, which a client never
   means and a cache or a proxy would read differently.
@@ -23,6 +25,7 @@ from fastapi.routing import APIRoute
 from pydantic import BeforeValidator
 
 from im_server.errors import bad_request
+from im_server.protocol.json_ints import INT_RULE, oversized_int
 from im_server.protocol.types import MAX_INT64
 
 _UINT = re.compile(r"[0-9]{1,19}")
@@ -34,7 +37,10 @@ class StrictJsonRequest(Request):
         if not hasattr(self, "_json"):
             # orjson.JSONDecodeError is a json.JSONDecodeError: FastAPI answers it as a
             # validation error (422), like any other malformed body
-            self._json = orjson.loads(await self.body())
+            body = await self.body()
+            self._json = orjson.loads(body)
+            if (big := oversized_int(body)) is not None:
+                raise bad_request(f"{INT_RULE}: {big}")
         return self._json
 
 

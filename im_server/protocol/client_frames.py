@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from im_server.errors import ImError
 from im_server.protocol.attachments import ATTACHMENT_TYPES, check_attachment_content
+from im_server.protocol.json_ints import INT_RULE, oversized_int
 from im_server.protocol.types import (
     ClientContentType,
     ClientMsgId,
@@ -170,7 +171,8 @@ class FrameError(ImError):
 def parse_client_frame(data: str | bytes) -> ClientFrame:
     """One received frame, checked: a model from the :data:`ClientFrame` union, or a
     :class:`FrameError`. JSON is read by orjson: strict RFC 8259 (no ``NaN``, no lone
-    surrogates), integers up to 2^64-1."""
+    surrogates); every integer, content included, within the signed 64-bit range
+    (``protocol/json_ints.py``)."""
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -182,6 +184,8 @@ def parse_client_frame(data: str | bytes) -> ClientFrame:
         raise FrameError("a frame needs a string 'type'")
     if ftype not in CLIENT_TYPES:
         raise FrameError(f"unknown frame type {ftype[:32]!r}")
+    if (big := oversized_int(data)) is not None:
+        raise FrameError(f"{INT_RULE}: {big}", ftype, raw.get("client_msg_id"))
     try:
         frame: ClientFrame = _validate(raw)
     except ValidationError as e:

@@ -38,6 +38,7 @@ from tests.support import (
     befriend,
     eventually,
     new_user,
+    persisted,
     send_ok,
 )
 
@@ -317,7 +318,8 @@ def conv_valid(v: Any) -> bool:
 
 
 def seq_valid(v: Any) -> bool:
-    """A seq the server must take (and clamp): a whole number from 0 that fits in 64 bits."""
+    """A seq the server must take (and clamp): a whole number from 0 that fits in 64
+    bits (every integer of a frame must)."""
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
 
 
@@ -1807,6 +1809,54 @@ async def test_nan_and_infinity_in_bodies_are_refused_and_store_nothing(
     assert resp.status_code in (400, 422), resp.text[:200]
     # nothing was stored: the next send takes the very next seq
     assert await send_ok(alice, conv, "next") == first["seq"] + 1
+
+
+@pytest.mark.parametrize(
+    "literal", [str(2**70), str(2**64), str(-(2**63) - 1), "9" * 300]
+)
+async def test_integers_past_64_bits_are_refused_and_store_nothing(
+    pair: tuple[Client, Client, str], literal: str
+) -> None:
+    """Integers anywhere in a request fit in 64 bits: a larger one is refused,
+    on REST and on the WebSocket, message content included, and never stored rounded to
+    a float. A float literal of any size stays a float."""
+    alice, bob, conv = pair
+    first = await alice.send_rest(conv, "first")
+    rest_bodies = [
+        (
+            c_path(conv) + "/messages",
+            f'{{"client_msg_id": "big-{uuid.uuid4().hex[:8]}", "content_type": "text", '
+            f'"content": {{"text": "x", "n": [{literal}]}}}}',
+        ),
+        (c_path(conv) + "/read", f'{{"seq": {literal}}}'),
+        ("/v1/friends/requests", f'{{"to_user_id": {literal}}}'),
+        ("/v1/groups", f'{{"name": "g", "member_ids": [], "x": {literal}}}'),
+    ]
+    for path, body in rest_bodies:
+        resp = await rest(alice.base_url, "POST", path, token=alice.token, body=body.encode())
+        assert resp.status_code == 400, (body, resp.status_code, resp.text[:200])
+        assert check_error_body(resp, body)["code"] == "bad_request"
+    conn = await alice.connect()
+    try:
+        cmid = f"bigws-{uuid.uuid4().hex[:8]}"
+        await conn.send_raw(
+            f'{{"type": "send", "client_msg_id": "{cmid}", "conv_id": "{conv}", '
+            f'"content_type": "text", "content": {{"text": "x", "n": {literal}}}}}'
+        )
+        ack = await conn.next_event("ack", predicate=lambda f: f.get("client_msg_id") == cmid)
+        assert ack["ok"] is False and ack["code"] == "bad_request", ack
+        await conn.send_raw(f'{{"type": "read", "conv_id": "{conv}", "seq": {literal}}}')
+        err = await conn.next_event("error")
+        assert err["code"] == "bad_request" and "64 bits" in err["message"], err
+        await conn.ping()
+    finally:
+        await conn.close()
+    # nothing was stored: the next send takes the very next seq; a big float is fine
+    ack = await alice.send_rest(conv, {"text": "float", "n": 1e30, "m": 9.5e18})
+    assert ack["ok"] and ack["seq"] == first["seq"] + 1, ack
+    await persisted(alice, conv, ack["seq"])
+    stored = (await bob.history(conv, begin=ack["seq"], end=ack["seq"]))["messages"][0]
+    assert stored["content"] == {"text": "float", "n": 1e30, "m": 9.5e18}, stored
 
 
 @pytest.mark.parametrize(
