@@ -66,7 +66,17 @@ async def presence(ctx: Context, me: int, raw: str) -> list[dict[str, Any]]:
         async with ctx.db.connect() as conn:
             visible.update(await presence_db.presence_peers(conn, me, others))
     shown = [u for u in ids if u in visible]
-    states = dict(zip(shown, await ctx.redis.presence(shown), strict=True)) if shown else {}
+    states = (
+        dict(
+            zip(
+                shown,
+                await ctx.redis.presence(shown, _ms(ctx.settings.presence_node_ttl_seconds)),
+                strict=True,
+            )
+        )
+        if shown
+        else {}
+    )
     out: list[dict[str, Any]] = []
     for u in ids:
         online, last_seen = states.get(u, (None, None))
@@ -115,7 +125,9 @@ async def do_beat(ctx: Context, node: str) -> bool:
 async def do_sweep(ctx: Context) -> list[tuple[int, int]]:
     """Take over dead nodes' users, announce the offlines that are due; those announced."""
     due = await ctx.redis.presence_sweep(
-        _ms(ctx.settings.presence_last_seen_days * 86400), SWEEP_BATCH
+        _ms(ctx.settings.presence_last_seen_days * 86400),
+        SWEEP_BATCH,
+        _ms(ctx.settings.presence_node_ttl_seconds),
     )
     await asyncio.gather(*(announce(ctx, u, False, seen) for u, seen in due))
     return due

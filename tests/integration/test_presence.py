@@ -295,3 +295,32 @@ async def test_stalled_process_comes_back_online(
         s3.kill9()
         for c in (a, b, a3):
             await c.aclose()
+
+
+async def test_a_dead_process_users_were_last_seen_at_its_last_beat(tmp_path: Any) -> None:
+    """Between a process's death and the sweep that takes its users over, and after it,
+    its users read offline and last seen when the process was last known alive (its last
+    beat), never "never seen" (null is for online or never seen). On a Valkey of its own:
+    no other process sweeps it."""
+    from im_server.runtime.embedded import start_redis
+    from im_server.storage.redis import keys
+    from im_server.storage.redis.store import RedisStore
+
+    ttl_ms = 300
+    server = start_redis(tmp_path / "valkey")
+    store = RedisStore(server.url, dedupe_ttl=60)
+    try:
+        user, never = 4242, 4343
+        await store.presence_beat("doomed", ttl_ms)
+        await store.presence_set("doomed", [(user, ["phone"])], 1000, 86_400_000)
+        beat = int(await store.client.zscore(keys.PRESENCE_NODES, "doomed")) - ttl_ms
+        assert await store.presence([user, never], ttl_ms) == [(True, None), (False, None)]
+        await asyncio.sleep(ttl_ms / 1000 + 0.1)  # under test: the node's entry expires
+        # dead, not swept yet
+        assert await store.presence([user, never], ttl_ms) == [(False, beat), (False, None)]
+        # swept: the offline is announced with the same time, and read the same
+        assert await store.presence_sweep(86_400_000, 100, ttl_ms) == [(user, beat)]
+        assert await store.presence([user], ttl_ms) == [(False, beat)]
+    finally:
+        await store.close()
+        server.stop()

@@ -625,10 +625,18 @@ class RedisStore:
         old, _ = await pipe.execute()
         return old is None or float(old) <= now
 
-    async def presence_sweep(self, last_seen_ttl_ms: int, max_users: int) -> list[tuple[int, int]]:
+    async def presence_sweep(
+        self, last_seen_ttl_ms: int, max_users: int, node_ttl_ms: int
+    ) -> list[tuple[int, int]]:
         """Take over dead nodes' users and pop the due offlines (``presence_sweep.lua``):
         [(user_id, last_seen)] to announce."""
-        args: list[str | int] = [*keys.PRESENCE_PIECES, _now_ms(), last_seen_ttl_ms, max_users]
+        args: list[str | int] = [
+            *keys.PRESENCE_PIECES,
+            _now_ms(),
+            last_seen_ttl_ms,
+            max_users,
+            node_ttl_ms,
+        ]
         return parse_offlines(await self._presence_sweep(keys=[keys.PRESENCE_NODES], args=args))
 
     async def presence_expire(self, node: str) -> None:
@@ -639,20 +647,32 @@ class RedisStore:
     async def presence_listed(self, node: str) -> bool:
         return await self.client.zscore(keys.PRESENCE_NODES, node) is not None
 
-    async def presence(self, user_ids: list[int]) -> list[tuple[bool, int | None]]:
-        """Per user: (online on some live node, last_seen ms or None), in one round trip."""
+    async def presence(
+        self, user_ids: list[int], node_ttl_ms: int
+    ) -> list[tuple[bool, int | None]]:
+        """Per user: (online on some live node, last_seen ms or None), in one round trip.
+        A user held only by dead nodes that no sweep has taken over yet is offline, last
+        seen when the latest of them was last known alive (its last beat: its expiry
+        less ``node_ttl_ms``), never "never seen"."""
+        now = _now_ms()
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrangebyscore(keys.PRESENCE_NODES, _now_ms() + 1, "+inf")
+        pipe.zrange(keys.PRESENCE_NODES, 0, -1, withscores=True)
         for u in user_ids:
             pipe.smembers(keys.presence_user(u))
             pipe.get(keys.last_seen(u))
         r = await pipe.execute()
-        live = set(r[0])
+        expiry = {node: float(score) for node, score in r[0]}
         out: list[tuple[bool, int | None]] = []
         for i in range(len(user_ids)):
             nodes, seen = r[1 + 2 * i], r[2 + 2 * i]
-            online = not live.isdisjoint(nodes)
-            out.append((online, None if online or seen is None else int(seen)))
+            held = [expiry[n] for n in nodes if n in expiry]
+            if any(e > now for e in held):
+                out.append((True, None))
+            elif held:  # only dead nodes hold the user: gone when the latest last beat
+                beat = int(max(held)) - node_ttl_ms
+                out.append((False, beat if 0 < beat <= now else now))
+            else:
+                out.append((False, None if seen is None else int(seen)))
         return out
 
     async def connected_devices(self, user_ids: Collection[int]) -> dict[int, set[str]]:
