@@ -1,7 +1,7 @@
 // ImClient: a session, its WebSocket, the catch-up recipe of docs/sync.md and the local
 // state per conversation. The logic is the Python client's (im_server/client: Device,
 // SyncState) and the web client's (reconnect, resends, batched read/delivered reports).
-import { g, newId, sleep, } from "./env.js";
+import { g, platformWebSocket, newId, sleep, } from "./env.js";
 import { ApiError, ImTimeoutError } from "./errors.js";
 import { Http, sendBody } from "./http.js";
 import { ReconnectingSocket, backoffDelay } from "./socket.js";
@@ -99,9 +99,10 @@ export class ImClient {
     /** Open the WebSocket (resolves once open, or once the first attempt failed: it keeps
      * retrying with back-off either way), then catch up (the recipe's step 1, then 2-4). */
     async connect(opts = {}) {
-        const Ctor = this.opts.WebSocket ?? g.WebSocket;
-        if (!Ctor)
-            throw new Error("no WebSocket: pass the `WebSocket` option (the `ws` package on Node 20)");
+        const Ctor = this.opts.WebSocket ?? (await platformWebSocket());
+        if (!Ctor) {
+            throw new Error("no WebSocket: this platform has no global WebSocket and the `ws` package is not installed (npm install ws), or pass the `WebSocket` option");
+        }
         this.running = true;
         if (!this.socket) {
             const wsUrl = this.baseUrl.replace(/^http/i, "ws").replace(/\/+$/, "") + "/v1/ws?token=" + encodeURIComponent(this.token);

@@ -1,7 +1,24 @@
 // The few platform APIs the client needs, typed here so the core compiles against
 // plain ECMAScript (no DOM and no Node typings): browsers, React Native, Deno, Bun and
-// Node 20+ all provide them (Node 20 without a global WebSocket: pass the `ws` package).
+// Node 20+ all provide them (Node 20 has no global WebSocket: the `ws` package is loaded
+// when it is installed, see platformWebSocket).
 export const g = globalThis;
+/** The platform's WebSocket: the global one (browsers, React Native, Deno, Bun, Node 22+),
+ * else the `ws` package's when it is installed (Node 20), else undefined. `ws` is loaded
+ * by a dynamic import of a name held in a variable, so browser bundlers neither follow
+ * nor bundle it, and a platform with a global WebSocket never loads it. */
+export async function platformWebSocket() {
+    if (g.WebSocket)
+        return g.WebSocket;
+    const name = "ws";
+    try {
+        const mod = (await import(/* @vite-ignore */ /* webpackIgnore: true */ name));
+        return mod.WebSocket ?? mod.default;
+    }
+    catch {
+        return undefined;
+    }
+}
 export const OPEN = 1;
 /** A fresh client_msg_id: a UUID where the platform has one, else 32 hex digits. */
 export function newId() {

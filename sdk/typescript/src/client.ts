@@ -7,6 +7,7 @@ import {
   type FetchLike,
   type WebSocketConstructor,
   g,
+  platformWebSocket,
   newId,
   sleep,
 } from "./env.js";
@@ -35,7 +36,8 @@ import type {
 } from "./wire.js";
 
 export interface ImClientOptions {
-  /** WebSocket constructor; default the global one (pass `ws`'s on Node 20). */
+  /** WebSocket constructor; default the global one, else the `ws` package's when it is
+   * installed (Node 20 has no global WebSocket). */
   WebSocket?: WebSocketConstructor;
   /** fetch; default the global one. */
   fetch?: FetchLike;
@@ -252,8 +254,12 @@ export class ImClient {
   /** Open the WebSocket (resolves once open, or once the first attempt failed: it keeps
    * retrying with back-off either way), then catch up (the recipe's step 1, then 2-4). */
   async connect(opts: { timeoutMs?: number } = {}): Promise<void> {
-    const Ctor = this.opts.WebSocket ?? g.WebSocket;
-    if (!Ctor) throw new Error("no WebSocket: pass the `WebSocket` option (the `ws` package on Node 20)");
+    const Ctor = this.opts.WebSocket ?? (await platformWebSocket());
+    if (!Ctor) {
+      throw new Error(
+        "no WebSocket: this platform has no global WebSocket and the `ws` package is not installed (npm install ws), or pass the `WebSocket` option",
+      );
+    }
     this.running = true;
     if (!this.socket) {
       const wsUrl = this.baseUrl.replace(/^http/i, "ws").replace(/\/+$/, "") + "/v1/ws?token=" + encodeURIComponent(this.token);

@@ -1,6 +1,7 @@
 // The few platform APIs the client needs, typed here so the core compiles against
 // plain ECMAScript (no DOM and no Node typings): browsers, React Native, Deno, Bun and
-// Node 20+ all provide them (Node 20 without a global WebSocket: pass the `ws` package).
+// Node 20+ all provide them (Node 20 has no global WebSocket: the `ws` package is loaded
+// when it is installed, see platformWebSocket).
 
 /** The part of the WHATWG WebSocket the client uses (browsers, React Native, `ws`). */
 export interface WebSocketLike {
@@ -50,6 +51,24 @@ interface Globals {
 }
 
 export const g = globalThis as unknown as Globals;
+
+/** The platform's WebSocket: the global one (browsers, React Native, Deno, Bun, Node 22+),
+ * else the `ws` package's when it is installed (Node 20), else undefined. `ws` is loaded
+ * by a dynamic import of a name held in a variable, so browser bundlers neither follow
+ * nor bundle it, and a platform with a global WebSocket never loads it. */
+export async function platformWebSocket(): Promise<WebSocketConstructor | undefined> {
+  if (g.WebSocket) return g.WebSocket;
+  const name = "ws";
+  try {
+    const mod = (await import(/* @vite-ignore */ /* webpackIgnore: true */ name)) as {
+      WebSocket?: WebSocketConstructor;
+      default?: WebSocketConstructor;
+    };
+    return mod.WebSocket ?? mod.default;
+  } catch {
+    return undefined;
+  }
+}
 
 export const OPEN = 1;
 

@@ -245,6 +245,31 @@ describe("ImClient", () => {
     assert.equal(bobC.state.get(conv)?.unread, 1);
   });
 
+  test("loads the `ws` package by itself where there is no global WebSocket (Node 20)", async () => {
+    // as on Node 20 without a flag: no global WebSocket, and no constructor passed
+    const saved = Object.getOwnPropertyDescriptor(globalThis, "WebSocket");
+    delete (globalThis as { WebSocket?: unknown }).WebSocket;
+    try {
+      assert.equal((globalThis as { WebSocket?: unknown }).WebSocket, undefined);
+      const alice = await user("alice");
+      const bob = await user("bob");
+      const conv = await friends(alice, bob);
+      await alice.connect();
+      await bob.connect();
+      assert.ok(alice.connected && bob.connected);
+      const got: Message[] = [];
+      bob.on("message", (m) => {
+        if (m.conv_id === conv && m.content_type === "text") got.push(m);
+      });
+      const ack = await alice.send(conv, { text: "found ws by itself" });
+      assert.equal(ack.ok, true);
+      await until("bob gets the push", () => got.length === 1);
+      assert.deepEqual(got[0]?.content, { text: "found ws by itself" });
+    } finally {
+      if (saved) Object.defineProperty(globalThis, "WebSocket", saved);
+    }
+  });
+
   test("runs on the `ws` package passed as the WebSocket option (Node 20 without a global)", async () => {
     // counts the sockets made, so the test shows `ws` carried them, not a global WebSocket
     let made = 0;
