@@ -11,11 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from im_server import __version__
 from im_server.api import (
@@ -31,10 +28,9 @@ from im_server.api import (
 )
 from im_server.api import search as search_api
 from im_server.api import uploads as uploads_api
-from im_server.api.parsing import validation_status
+from im_server.api.failures import install_error_handlers
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
-from im_server.errors import ImError, is_store_error
 from im_server.gateway import ws
 from im_server.gateway.fanout import PRESENCE_S, Fanout
 from im_server.gateway.hub import Hub
@@ -42,7 +38,7 @@ from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.presence import PresenceTracker
 from im_server.gateway.recheck import TokenRecheck
 from im_server.health import Health
-from im_server.metrics import HTTP_HANDLER_ERRORS, STREAM_DEPTH
+from im_server.metrics import STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
 from im_server.services import (
@@ -245,47 +241,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
 
-    @app.exception_handler(ImError)
-    async def _im_error(request: Request, exc: ImError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(
-            exc.status_code, "bad_request"
-        )
-        return JSONResponse(
-            {"error": {"code": code, "message": str(exc.detail)}},
-            status_code=exc.status_code,
-            headers=exc.headers,
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
-        first = errs[0] if errs else {}
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        msg = (
-            f"{where}: {first.get('msg', 'invalid')}"
-            if where
-            else str(first.get("msg", "invalid request"))
-        )
-        return JSONResponse(
-            {"error": {"code": "bad_request", "message": msg}}, status_code=validation_status(errs)
-        )
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if is_store_error(exc):
-            return JSONResponse(
-                {"error": {"code": "unavailable", "message": "a store is unavailable, try again"}},
-                status_code=503,
-            )
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        HTTP_HANDLER_ERRORS.inc()
-        return JSONResponse(
-            {"error": {"code": "internal", "message": "internal error"}}, status_code=500
-        )
+    install_error_handlers(app)
 
     for r in (
         ops.router,

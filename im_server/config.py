@@ -237,6 +237,9 @@ class Settings(BaseSettings):
 
     # store connection pools
     db_pool_size: int = 10
+    # long polls (GET /v1/sync?wait=) of one user waiting at once in one process; more
+    # are answered 429 rate_limited at once (a client needs one; a few tabs, a few)
+    sync_long_polls_per_user: int = 8
     db_pool_overflow: int = 10
     store_timeout_seconds: float = 3.0
 

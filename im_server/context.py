@@ -74,6 +74,10 @@ class SyncWaker(Protocol):
 
     def has(self, user_id: int) -> bool: ...
 
+    def count(self, user_id: int) -> int:
+        """How many long polls of the user wait here now."""
+        ...
+
     def waiting_any(self) -> bool: ...
 
 
@@ -89,6 +93,9 @@ class NullWaker:
 
     def has(self, user_id: int) -> bool:
         return False
+
+    def count(self, user_id: int) -> int:
+        return 0
 
     def waiting_any(self) -> bool:
         return False

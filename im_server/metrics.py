@@ -103,6 +103,10 @@ WS_HANDLER_ERRORS = Counter(
     "clients that went away), by where they happened",
     ["where"],
 )
+STORE_UNAVAILABLE_ANSWERS = Counter(
+    "im_http_unavailable_total",
+    "REST requests answered 503 unavailable (a store down, slow or saturated)",
+)
 HTTP_HANDLER_ERRORS = Counter(
     "im_http_handler_errors_total",
     "Bugs in REST handlers (an unexpected exception answered 500, logged with its traceback)",

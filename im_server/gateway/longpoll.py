@@ -27,6 +27,9 @@ class LongPolls:
     def has(self, user_id: int) -> bool:
         return user_id in self.waiters
 
+    def count(self, user_id: int) -> int:
+        return len(self.waiters.get(user_id, ()))
+
     def waiting_any(self) -> bool:
         return bool(self.waiters)
 

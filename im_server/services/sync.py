@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from im_server.context import Context
+from im_server.errors import ImError
 from im_server.storage import conversations, reactions, sync
 
 WAIT_CAP_S = 30.0
@@ -71,6 +72,12 @@ async def do_sync(
     if wait <= 0:
         return await _page(ctx, user_id, since, limit, recent)
     polls = ctx.long_polls
+    if polls.count(user_id) >= ctx.settings.sync_long_polls_per_user:
+        # checked and registered below with no await in between: the bound is exact
+        raise ImError(
+            "rate_limited",
+            f"at most {ctx.settings.sync_long_polls_per_user} long polls of one user at once",
+        )
     deadline = time.monotonic() + wait
     while True:
         # register before looking, so a change committed in between still wakes us
