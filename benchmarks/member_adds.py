@@ -16,7 +16,11 @@ Measured, in one run:
 * flood: ``--storm`` clients re-adding in a closed loop with the per-user rate limit off
   (the worst case: the server's CPU is the limit), the probes' latency during it, and the
   adds per second;
-* one call adding ``--members`` new users at once (the set-based statement), wall time.
+* one call adding ``--members`` new users at once (the set-based statement), wall time;
+* fresh burst: ``--fresh-storm`` adds sent at once, each naming the same ``--fresh-size``
+  users to a group of its own where they were never members (so every add writes all its
+  rows), with the probes running until the last add answers: what real adds cost
+  everyone else.
 The p99 ratios to the baseline are what the adds cost everyone else.
 
 Setup (not measured): users and their sessions are inserted with SQL (as in the read-storm
@@ -39,23 +43,39 @@ from benchmarks.common import report, run_with_server
 from benchmarks.read_storm import make_users, pct
 from im_server.bench.cluster import ServerProcess, Stores
 
+KINDS = ("read", "write", "settings")
+
 
 async def _probe_loop(
     http: httpx.AsyncClient, token: str, conv: str, n: int
 ) -> dict[str, list[float]]:
-    """``n`` reads and ``n`` version-lock writes, one after the other."""
+    """``n`` reads and ``n`` each of two version-lock writes (a clear, a settings change),
+    one after the other."""
     headers = {"Authorization": f"Bearer {token}"}
-    out: dict[str, list[float]] = {"read": [], "write": [], "errors": []}
-    for _ in range(n):
-        for kind, method, path in (
-            ("read", "GET", "/v1/conversations"),
-            ("write", "POST", f"/v1/conversations/{conv}/clear"),
+    out: dict[str, list[float]] = {k: [] for k in KINDS} | {"errors": []}
+    for i in range(n):
+        for kind, method, path, body in (
+            ("read", "GET", "/v1/conversations", None),
+            ("write", "POST", f"/v1/conversations/{conv}/clear", None),
+            ("settings", "PUT", f"/v1/conversations/{conv}/settings", {"pinned": i % 2 == 0}),
         ):
             t0 = time.perf_counter()
-            r = await http.request(method, path, headers=headers)
+            r = await http.request(method, path, headers=headers, json=body)
             out[kind].append(time.perf_counter() - t0)
             if r.status_code >= 400:
                 out["errors"].append(float(r.status_code))
+    return out
+
+
+async def _probe_until(
+    http: httpx.AsyncClient, token: str, conv: str, tasks: list[asyncio.Task[Any]]
+) -> dict[str, list[float]]:
+    """Probe rounds until every task is done."""
+    out: dict[str, list[float]] = {k: [] for k in KINDS} | {"errors": []}
+    while not all(t.done() for t in tasks):
+        one = await _probe_loop(http, token, conv, 1)
+        for k in out:
+            out[k] += one[k]
     return out
 
 
@@ -67,11 +87,14 @@ def _summary(values: list[float]) -> dict[str, float]:
 async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace) -> dict[str, Any]:
     pg = await asyncpg.connect(stores.pg.url.replace("postgresql+asyncpg", "postgresql"))
     run = uuid.uuid4().hex[:8]
-    users = await make_users(pg, args.members * 2 + 2, run)
+    users = await make_users(pg, args.members * 2 + 2 + args.fresh_size, run)
     (_, owner_tok), (other, other_tok) = users[0], users[1]
     members = [u for u, _ in users[2 : 2 + args.members]]
-    fresh = [u for u, _ in users[2 + args.members :]]
-    limits = httpx.Limits(max_connections=args.storm + 8)
+    fresh = [u for u, _ in users[2 + args.members : 2 + 2 * args.members]]
+    newcomers = [u for u, _ in users[2 + 2 * args.members :]]
+    # idle connections are dropped before the server closes them (its keep-alive is 5 s):
+    # a POST on a connection the server is closing would fail, and is not retried
+    limits = httpx.Limits(max_connections=args.storm + 8, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as http:
         own = {"Authorization": f"Bearer {owner_tok}"}
         r = await http.post("/v1/groups", json={"name": "big", "member_ids": members}, headers=own)
@@ -98,11 +121,7 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
             asyncio.create_task(http.post(add_path, json=add_body, headers=own))
             for _ in range(args.storm)
         ]
-        burst_probe: dict[str, list[float]] = {"read": [], "write": [], "errors": []}
-        while not all(t.done() for t in burst_tasks):
-            one = await _probe_loop(http, other_tok, conv, 1)
-            for k in burst_probe:
-                burst_probe[k] += one[k]
+        burst_probe = await _probe_until(http, other_tok, conv, burst_tasks)
         burst_answers = await asyncio.gather(*burst_tasks)
         burst_wall = time.perf_counter() - t0
         burst_errors = sum(1 for a in burst_answers if a.status_code != 200)
@@ -133,6 +152,27 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
         one_add_s = time.perf_counter() - t0
         r.raise_for_status()
         assert len(r.json()["added"]) == len(fresh)
+
+        # fresh burst: every add writes all its rows, each in a group of its own
+        small = []
+        for i in range(args.fresh_storm):
+            r = await http.post("/v1/groups", json={"name": f"g{i}", "member_ids": []}, headers=own)
+            r.raise_for_status()
+            small.append(r.json()["group_id"])
+        t0 = time.perf_counter()
+        fresh_tasks = [
+            asyncio.create_task(
+                http.post(f"/v1/groups/{g}/members", json={"user_ids": newcomers}, headers=own)
+            )
+            for g in small
+        ]
+        fresh_probe = await _probe_until(http, other_tok, conv, fresh_tasks)
+        fresh_answers = await asyncio.gather(*fresh_tasks)
+        fresh_wall = time.perf_counter() - t0
+        fresh_errors = sum(1 for a in fresh_answers if a.status_code != 200)
+        assert fresh_errors or all(
+            len(a.json()["added"]) == args.fresh_size for a in fresh_answers
+        ), "a fresh add did not add all its users"
     await pg.close()
 
     def ratio(phase: dict[str, list[float]], kind: str) -> float:
@@ -144,12 +184,20 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
         "storm_clients": args.storm,
         "phases": {
             name: {
-                **{k: _summary(ph[k]) for k in ("read", "write")},
-                "p99_ratio": {k: ratio(ph, k) for k in ("read", "write")},
+                **{k: _summary(ph[k]) for k in KINDS},
+                "p99_ratio": {k: ratio(ph, k) for k in KINDS},
                 "probe_errors": len(ph["errors"]),
             }
-            for name, ph in (("baseline", baseline), ("burst", burst_probe), ("flood", during))
+            for name, ph in (
+                ("baseline", baseline),
+                ("burst", burst_probe),
+                ("flood", during),
+                ("fresh burst", fresh_probe),
+            )
         },
+        "fresh_adds": f"{args.fresh_storm} groups x {args.fresh_size} new members",
+        "fresh_burst_wall_s": round(fresh_wall, 3),
+        "fresh_add_errors": fresh_errors,
         "burst_wall_s": round(burst_wall, 3),
         "burst_add_errors": burst_errors,
         "flood_adds_per_s": round(len(storm_lat) / max(storm_wall, 1e-9), 1),
@@ -164,14 +212,14 @@ def print_table(res: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title=f"member adds: {res['storm_clients']} clients x {res['members']} users")
-    for col in ("phase", "read p50/p99 ms", "write p50/p99 ms", "p99 ratio read/write"):
+    cols = ("phase", "read p50/p99 ms", "clear p50/p99 ms", "settings p50/p99 ms")
+    for col in (*cols, "p99 ratio read/clear/settings"):
         t.add_column(col)
     for name, ph in res["phases"].items():
         t.add_row(
             name,
-            f"{ph['read']['p50_ms']} / {ph['read']['p99_ms']}",
-            f"{ph['write']['p50_ms']} / {ph['write']['p99_ms']}",
-            f"{ph['p99_ratio']['read']} / {ph['p99_ratio']['write']}",
+            *(f"{ph[k]['p50_ms']} / {ph[k]['p99_ms']}" for k in KINDS),
+            " / ".join(str(ph["p99_ratio"][k]) for k in KINDS),
         )
     Console().print(t)
     Console().print({k: v for k, v in res.items() if k != "phases"})
@@ -184,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--members", type=int, default=3000, help="users in the group")
     ap.add_argument("--storm", type=int, default=60, help="concurrent re-adding clients")
     ap.add_argument("--probes", type=int, default=40, help="reads and writes per phase")
+    ap.add_argument(
+        "--fresh-storm", type=int, default=60, help="concurrent adds of new users (last phase)"
+    )
+    ap.add_argument("--fresh-size", type=int, default=2000, help="new users per such add")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     res = run_with_server("im-member-adds-", lambda st, srv: bench(st, srv, args))

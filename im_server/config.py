@@ -237,6 +237,9 @@ class Settings(BaseSettings):
 
     # store connection pools
     db_pool_size: int = 10
+    # member adds and group creations naming more than BULK_ROWS users run at most this
+    # many at once per process (see Context.bulk_writes)
+    bulk_write_concurrency: int = 1
     # long polls (GET /v1/sync?wait=) of one user waiting at once in one process; more
     # are answered 429 rate_limited at once (a client needs one; a few tabs, a few)
     sync_long_polls_per_user: int = 8

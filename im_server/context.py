@@ -184,6 +184,17 @@ class Context:
     bucket_ready: bool = False
     # set when a send queued a thumbnail, so this process's worker starts at once
     thumbnails_due: asyncio.Event = field(default_factory=asyncio.Event)
+    _bulk: asyncio.Semaphore | None = None
+
+    @property
+    def bulk_writes(self) -> asyncio.Semaphore:
+        """The gate of bulk writes (a member add or group creation naming many users):
+        at most ``bulk_write_concurrency`` at once here, so a burst of them waits in the
+        server instead of taking every database connection, where everything else would
+        wait behind them."""
+        if self._bulk is None:
+            self._bulk = asyncio.Semaphore(max(1, self.settings.bulk_write_concurrency))
+        return self._bulk
 
     @property
     def objects(self) -> ObjectStore:

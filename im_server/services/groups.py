@@ -4,6 +4,7 @@ message in the conversation's seq stream."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from im_server.context import Context
@@ -25,6 +26,16 @@ def check_user_ids(value: object) -> list[int]:
     return sorted({check_user_id(v) for v in value})
 
 
+BULK_ROWS = 100
+
+
+def _bulk(ctx: Context, rows: int) -> contextlib.AbstractAsyncContextManager[object]:
+    """The bulk-write gate for a call naming ``rows`` users (none for a small one): the
+    whole call, its checks included, so a burst of them holds at most
+    ``bulk_write_concurrency`` database connections."""
+    return ctx.bulk_writes if rows > BULK_ROWS else contextlib.nullcontext()
+
+
 async def do_create_group(
     ctx: Context, owner: int, name: object, member_ids: object
 ) -> dict[str, Any]:
@@ -33,18 +44,25 @@ async def do_create_group(
     check_display_name(name, "name")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
     ctx.rate.members.check(owner, "group changes")
+    async with _bulk(ctx, len(ids)):
+        return await _create_group(ctx, owner, name.strip(), ids)
+
+
+async def _create_group(ctx: Context, owner: int, name: str, ids: list[int]) -> dict[str, Any]:
     if ids:
         async with ctx.db.connect() as conn:
             await _check_addable(conn, owner, ids)
     async with ctx.db.begin() as conn:
-        # the sync-version lock is held from here to the commit: only the writes follow
-        version = await next_version_txn(conn)
-        group_id = await groups.create_group(conn, name.strip(), owner)
+        # a new group's rows are invisible to everyone until the commit: written before
+        # the sync-version lock, which then covers one statement (the conversation's
+        # version, which is every member's state version)
+        group_id = await groups.create_group(conn, name, owner)
         conv_id = group_conv_id(group_id)
         await conversations.ensure_conversation(conn, conv_id, conversations.GROUP, group_id)
-        await conversations.upsert_members(conn, conv_id, [owner], ROLE_OWNER, 1, None, version)
+        await conversations.upsert_members(conn, conv_id, [owner], ROLE_OWNER, 1, None, 0)
         if ids:
-            await conversations.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, version)
+            await conversations.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, 0)
+        await conversations.stamp(conn, conv_id, await next_version_txn(conn))
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [owner, *ids])
     return {"group_id": group_id, "conv_id": conv_id}
@@ -121,15 +139,23 @@ async def do_add_members(
     always starts after the current end, its read cursor at the end.
 
     The checks read outside any lock, members already in are skipped before anything
-    is written (a repeated call writes nothing), and the sync-version lock, which every
-    writer of the server waits for, is held only for one check and one set-based
-    statement, however many users the call names."""
+    is written (a repeated call writes nothing). The new members' rows are written before
+    the sync-version lock, which every writer of the server waits for; under it come
+    one check, the re-joins of former members (usually none), one row of the
+    conversation and the notice: milliseconds, however many users the call names."""
     if not isinstance(with_history, bool):
         raise bad_request("with_history must be true or false")
     ids = check_user_ids(user_ids)
     if not ids:
         raise bad_request("user_ids must not be empty")
     ctx.rate.members.check(actor, "member changes")
+    async with _bulk(ctx, len(ids)):
+        return await _add_members(ctx, actor, group_id, ids, with_history)
+
+
+async def _add_members(
+    ctx: Context, actor: int, group_id: int, ids: list[int], with_history: bool
+) -> dict[str, Any]:
     ref = parse_conv_id(group_conv_id(group_id))
     async with ctx.db.connect() as conn:
         await _require_admin(conn, ref.conv_id, actor, group_id)
@@ -140,15 +166,26 @@ async def do_add_members(
         return {"group_id": group_id, "added": []}
     end = await seqs.current_end(ctx, ref.conv_id)
     async with ctx.db.begin() as conn:
+        # the bulk of the writes first, before the sync-version lock that every writer of
+        # the server waits for: new rows are invisible until the commit, and their state
+        # takes its version from the conversation's row, stamped under the lock
+        added = await conversations.insert_new_members(
+            conn, ref.conv_id, todo, 1 if with_history else end + 1
+        )
         version = await next_version_txn(conn)
         # again under the lock: a demotion or kick of the actor may have committed since
         await _require_admin(conn, ref.conv_id, actor, group_id)
-        added, rejoined = await conversations.join_members(
-            conn, ref.conv_id, todo, 1 if with_history else end + 1, end, version
+        new = set(added)
+        former = [u for u in todo if u not in new]
+        rejoined = (
+            await conversations.rejoin_members(conn, ref.conv_id, former, end, version)
+            if former
+            else []
         )
         changed = sorted(added + rejoined)
         notice = None
         if changed:
+            await conversations.stamp(conn, ref.conv_id, version)
             notice = await outbox.emit(
                 conn,
                 actor,

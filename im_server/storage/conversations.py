@@ -133,38 +133,53 @@ async def upsert_members(
     )
 
 
-async def join_members(
-    conn: AsyncConnection,
-    conv_id: str,
-    user_ids: list[int],
-    new_min_seq: int,
-    end: int,
-    version: int,
-) -> tuple[list[int], list[int]]:
-    """Join or re-join many members in one statement; members already in are left as
-    they are. A new member's window starts at ``new_min_seq`` with no read cursor; a
-    former member's window is replaced: it starts after ``end``, its cursors at ``end``.
-    Returns (joined, rejoined)."""
+async def insert_new_members(
+    conn: AsyncConnection, conv_id: str, user_ids: list[int], min_seq: int
+) -> list[int]:
+    """Add those of ``user_ids`` who were never members (one statement, any number): a
+    window from ``min_seq``, no read cursor, version 0 (their state's version is the
+    conversation's: :func:`stamp`). Rows that exist are left alone. Ascending ids of the
+    rows made. Takes no lock that a writer holding the sync version waits for (new rows
+    are invisible until the commit), so it runs before that lock is taken."""
     rows = await conn.execute(
         text(
             "INSERT INTO conv_members (conv_id, user_id, role, min_seq, max_seq, read_seq, "
             "delivered_seq, hidden_seq, version, joined_at) "
-            "SELECT :c, u, 0, :mn, NULL, NULL, 0, NULL, :v, :n "
+            "SELECT :c, u, 0, :mn, NULL, NULL, 0, NULL, 0, :n "
             "FROM unnest(CAST(:us AS bigint[])) AS x(u) "
-            "ON CONFLICT (conv_id, user_id) DO UPDATE SET role = 0, min_seq = :e + 1, "
-            "max_seq = NULL, read_seq = :e, "
-            "delivered_seq = GREATEST(conv_members.delivered_seq, :e), hidden_seq = NULL, "
-            "version = :v, joined_at = :n "
-            "WHERE conv_members.max_seq IS NOT NULL "
-            "RETURNING user_id, xmax = 0"
+            "ON CONFLICT (conv_id, user_id) DO NOTHING RETURNING user_id"
         ),
-        {"c": conv_id, "us": user_ids, "mn": new_min_seq, "e": end, "v": version, "n": now_ms()},
+        {"c": conv_id, "us": user_ids, "mn": min_seq, "n": now_ms()},
     )
-    joined: list[int] = []
-    rejoined: list[int] = []
-    for uid, inserted in rows:
-        (joined if inserted else rejoined).append(int(uid))
-    return sorted(joined), sorted(rejoined)
+    return sorted(int(u) for u in rows.scalars())
+
+
+async def rejoin_members(
+    conn: AsyncConnection, conv_id: str, user_ids: list[int], end: int, version: int
+) -> list[int]:
+    """Former members among ``user_ids`` (their window closed) join again: the window is
+    replaced, starting after ``end``, cursors at ``end``. Ascending ids of those rejoined.
+    Existing rows: under the sync-version lock, like every update of a member row."""
+    rows = await conn.execute(
+        text(
+            "UPDATE conv_members SET role = 0, min_seq = :e + 1, max_seq = NULL, read_seq = :e, "
+            "delivered_seq = GREATEST(delivered_seq, :e), hidden_seq = NULL, version = :v, "
+            "joined_at = :n "
+            "WHERE conv_id = :c AND user_id = ANY(CAST(:us AS bigint[])) AND max_seq IS NOT NULL "
+            "RETURNING user_id"
+        ),
+        {"c": conv_id, "us": user_ids, "e": end, "v": version, "n": now_ms()},
+    )
+    return sorted(int(u) for u in rows.scalars())
+
+
+async def stamp(conn: AsyncConnection, conv_id: str, version: int) -> None:
+    """Give the conversation the sync version ``version``: the state of every active
+    member (new ones included) changed with it. One row, under the sync-version lock."""
+    await conn.execute(
+        text("UPDATE conversations SET version = GREATEST(version, :v) WHERE conv_id = :c"),
+        {"c": conv_id, "v": version},
+    )
 
 
 async def not_active_among(conn: AsyncConnection, conv_id: str, user_ids: list[int]) -> list[int]:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
-from tests.support import PASSWORD, Make, ServerProcess, Stores, eventually, new_user
+from tests.support import PASSWORD, Make, ServerProcess, Stores, eventually, new_user, pg
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
 
@@ -580,3 +580,48 @@ async def test_whoever_blocked_me_cannot_be_put_in_my_group(make: Make) -> None:
     # and once lifted, adding works
     await blocker.unblock(owner.user_id)  # type: ignore[arg-type]
     assert (await owner.add_members(gid, [blocker.user_id]))["added"] == [blocker.user_id]  # type: ignore[list-item]
+
+
+async def test_member_rows_are_written_before_the_sync_version_is_taken(
+    make: Make, stores: Stores
+) -> None:
+    """Every writer of the server waits for the sync-version row, so a member add takes it
+    last: while the add waits for it (held here), its member rows are already written
+    (the add's transaction holds its row lock on ``conv_members``), so the row is held
+    for a stamp and a commit, not for the bulk of the writes. Once it is free, the add
+    completes and the new members' sync sees the group."""
+    owner, a, b = await make("vo"), await make("va"), await make("vb")
+    g = await owner.create_group("versions", [])
+    conv = group_conv_id(g["group_id"])
+    since = {c: (await c.sync(since=0))["version"] for c in (a, b)}
+    async with pg(stores) as db:
+        tx = db.transaction()
+        await tx.start()
+        await db.execute("SELECT version FROM sync_version WHERE id = 1 FOR UPDATE")
+        adding = asyncio.create_task(owner.add_members(g["group_id"], [a.user_id, b.user_id]))  # type: ignore[list-item]
+        try:
+            # the waiter that already holds its writes on conv_members: the add (statistics
+            # views keep one snapshot per transaction: read them on another connection)
+            async with pg(stores) as look:
+
+                async def waiting_with_rows() -> bool:
+                    return bool(
+                        await look.fetchval(
+                            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity a JOIN pg_locks l "
+                            "ON l.pid = a.pid AND l.granted "
+                            "AND l.relation = 'conv_members'::regclass "
+                            "AND l.mode = 'RowExclusiveLock' "
+                            "WHERE a.wait_event_type = 'Lock' "
+                            "AND a.query LIKE 'UPDATE sync_version%')"
+                        )
+                    )
+
+                assert await eventually(waiting_with_rows), "rows written after the version"
+            assert not adding.done()
+        finally:
+            await tx.rollback()
+        await adding
+    for c in (a, b):
+        page = await c.sync(since=since[c])
+        assert conv in [s["conv_id"] for s in page["conversations"]], page
+        assert page["version"] > since[c]
