@@ -135,6 +135,7 @@ def periodic_jobs(
 
     async def prune_uploads() -> None:
         await uploads.prune_unsent(ctx)
+        await uploads.prune_raw(ctx)
 
     async def finish_deletions() -> None:
         await deletion.finish_pending(ctx)

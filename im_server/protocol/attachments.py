@@ -22,8 +22,6 @@ from typing_extensions import TypedDict
 from im_server.protocol.types import Rule
 
 ATTACHMENT_TYPES: Final = frozenset({"image", "file"})
-# what an "image" message may carry: the formats the thumbnail worker and browsers read
-IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 CAPTION_MAX = 4096  # characters
 FILENAME_MAX = 255  # characters
 

@@ -329,6 +329,21 @@ class ObjectStore:
                     chunks.append(chunk)
         return b"".join(chunks)
 
+    async def copy(self, src: str, dst: str) -> ObjectInfo | None:
+        """Copy an object inside the bucket, server-side; the copy's size and type, or
+        None when ``src`` has no object. What the copy holds is what ``src`` held at that
+        moment: a later write to ``src`` does not reach it."""
+        with _errors("copy"):
+            try:
+                await self.client.copy_object(
+                    Bucket=self.bucket, Key=dst, CopySource={"Bucket": self.bucket, "Key": src}
+                )
+            except ClientError as exc:
+                if _code(exc) in _MISSING:
+                    return None
+                raise
+        return await self.head(dst)
+
     async def put(self, key: str, data: bytes, content_type: str) -> None:
         with _errors("put"):
             await self.client.put_object(

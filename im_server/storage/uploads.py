@@ -24,11 +24,12 @@ class Upload:
     height: int | None
     thumb_state: str  # none | pending | done | failed
     thumb_type: str | None
+    sealed: bool  # the checked copy exists (``s/<id>``); else the bytes are at ``u/<id>``
 
 
 _COLUMNS = (
     "u.upload_id, u.owner_id, u.content_type, u.size, u.filename, u.width, u.height, "
-    "u.thumb_state, u.thumb_type"
+    "u.thumb_state, u.thumb_type, u.sealed_at IS NOT NULL"
 )
 
 
@@ -43,6 +44,7 @@ def _upload(r: Sequence[object]) -> Upload:
         None if r[6] is None else int(r[6]),  # type: ignore[call-overload]
         str(r[7]),
         None if r[8] is None else str(r[8]),
+        bool(r[9]),
     )
 
 
@@ -66,7 +68,8 @@ async def add(
 
 async def claim(conn: AsyncConnection, upload_id: str, owner_id: int, now: int) -> Upload | None:
     """A send of ``owner_id`` is about to carry the upload: note when (the clean-up
-    spares it from now on, and waits for this transaction) and answer the row; None
+    spares it from now on, and waits for this transaction) and answer the row, locked
+    until the caller's transaction ends (two sends sealing one upload take turns); None
     when there is no such upload of that owner."""
     r = await conn.execute(
         text(
@@ -79,15 +82,26 @@ async def claim(conn: AsyncConnection, upload_id: str, owner_id: int, now: int) 
     return None if row is None else _upload(row)
 
 
-async def set_image(conn: AsyncConnection, upload_id: str, width: int, height: int) -> None:
-    """An image's dimensions, read when it was first sent, and its thumbnail queued once."""
+async def seal(conn: AsyncConnection, upload_id: str, now: int) -> None:
+    """The checked copy of the upload's bytes exists: read it from now on."""
+    await conn.execute(
+        text("UPDATE uploads SET sealed_at = :n WHERE upload_id = :i AND sealed_at IS NULL"),
+        {"i": upload_id, "n": now},
+    )
+
+
+async def set_image(
+    conn: AsyncConnection, upload_id: str, width: int, height: int, mime: str
+) -> None:
+    """An image's dimensions and its media type, read from its sealed bytes when it was
+    first sent as an image, and its thumbnail queued once."""
     await conn.execute(
         text(
-            "UPDATE uploads SET width = :w, height = :h, "
+            "UPDATE uploads SET width = :w, height = :h, content_type = :t, "
             "  thumb_state = CASE WHEN thumb_state = 'none' THEN 'pending' ELSE thumb_state END "
             "WHERE upload_id = :i"
         ),
-        {"i": upload_id, "w": width, "h": height},
+        {"i": upload_id, "w": width, "h": height, "t": mime},
     )
 
 
@@ -141,6 +155,27 @@ async def finish_thumbnail(
             "WHERE upload_id = :i"
         ),
         {"i": upload_id, "s": state, "t": thumb_type},
+    )
+
+
+async def lock_raw_due(conn: AsyncConnection, cutoff: int, limit: int) -> list[str]:
+    """Sealed uploads whose client key was not deleted yet, sealed before ``cutoff``
+    (their presigned URL has expired by then), locked for this transaction."""
+    r = await conn.execute(
+        text(
+            "SELECT upload_id FROM uploads "
+            "WHERE sealed_at IS NOT NULL AND raw_cleared_at IS NULL AND sealed_at < :c "
+            "ORDER BY sealed_at LIMIT :k FOR UPDATE SKIP LOCKED"
+        ),
+        {"c": cutoff, "k": limit},
+    )
+    return [str(i) for i in r.scalars()]
+
+
+async def raw_cleared(conn: AsyncConnection, upload_ids: Sequence[str], now: int) -> None:
+    await conn.execute(
+        text("UPDATE uploads SET raw_cleared_at = :n WHERE upload_id = ANY(CAST(:ids AS text[]))"),
+        {"ids": list(upload_ids), "n": now},
     )
 
 

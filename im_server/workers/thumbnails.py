@@ -1,6 +1,6 @@
 """The thumbnail worker: takes the pending thumbnails (``uploads.thumb_state``, queued by
-the first send of a picture) in leased batches, makes each in a thread and stores it next
-to the picture.
+the first send of a picture) in leased batches, makes each in a process of its own
+(``workers/decoder.py``) from the picture's sealed bytes and stores it next to them.
 
 Driven from durable state, at least once and idempotent: a worker killed mid-job leaves
 its row leased; the lease passes and any worker makes it again, writing the same object
@@ -9,15 +9,15 @@ worker goes on. A store that fails gives the rows back for the next round."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from im_server import metrics
 from im_server.context import Context
-from im_server.services.thumbnails import BadImage, make_thumbnail
-from im_server.services.uploads import object_key, thumbnail_key
+from im_server.services.thumbnails import BadImage
+from im_server.services.uploads import stored_key, thumbnail_key
 from im_server.storage import uploads as store
+from im_server.workers.decoder import Decoder
 from im_server.workers.rounds import RoundWorker
 
 log = logging.getLogger("im_server.thumbnails")
@@ -31,6 +31,7 @@ class Thumbnailer(RoundWorker):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx.thumbnails_due, log)
         self.ctx = ctx
+        self.decoder = Decoder()
 
     def poll_seconds(self) -> float:
         return self.ctx.settings.thumbnail_poll_seconds
@@ -45,20 +46,24 @@ class Thumbnailer(RoundWorker):
         for up in rows:
             if self.stopping:
                 break
-            await self.one(up.upload_id, up.size)
+            await self.one(up)
         return bool(rows)
 
-    async def one(self, upload_id: str, size: int) -> None:
+    async def stop(self, timeout: float = 5.0) -> None:
+        await super().stop(timeout)
+        self.decoder.close()
+
+    async def one(self, up: store.Upload) -> None:
         s = self.ctx.settings
+        upload_id = up.upload_id
         state, thumb_type = "failed", None
-        if size > s.thumbnail_source_max_bytes:
-            log.info("upload %s: %d bytes, too large for a thumbnail", upload_id, size)
+        if up.size > s.thumbnail_source_max_bytes:
+            log.info("upload %s: %d bytes, too large for a thumbnail", upload_id, up.size)
         else:
-            data = await self.ctx.objects.get(object_key(upload_id), s.thumbnail_source_max_bytes)
+            data = await self.ctx.objects.get(stored_key(up), s.thumbnail_source_max_bytes)
             try:
-                thumb, thumb_type = await asyncio.to_thread(
-                    make_thumbnail, data, s.image_max_pixels
-                )
+                pixels = (up.width or 0) * (up.height or 0)
+                thumb, thumb_type = await self.decoder.thumbnail(data, s.image_max_pixels, pixels)
             except BadImage as e:
                 log.info("upload %s: no thumbnail (%s)", upload_id, e)
                 thumb_type = None
