@@ -18,6 +18,8 @@ from PIL import Image
 
 from im_server.bench.cluster import Stores
 from im_server.client import ApiError, Client, single_conv_id
+from im_server.config import load_settings
+from im_server.storage.objects import ObjectStore
 from tests.support import PASSWORD, ServerProcess, befriend, eventually, new_user, persisted, pg
 
 
@@ -124,6 +126,28 @@ async def test_unsent_uploads_are_deleted_and_sent_ones_kept(
             await a.send_rest(conv, {"upload_id": dropped}, "file")
         await asyncio.sleep(1.5)
         assert await b.download(kept) == b"sent", "a sent upload stays"
+        # the sent one's client key (u/, which its presigned URL writes) goes once that
+        # URL has expired: here, its seal is made to look two hours old
+        settings = load_settings(**{k.removeprefix("IM_").lower(): v for k, v in env.items()})
+        async with ObjectStore(settings) as objects:
+            assert await objects.head(f"u/{kept}") is not None
+            async with pg(own_stores) as db:
+                await db.execute(
+                    "UPDATE uploads SET sealed_at = sealed_at - 7200000 WHERE upload_id = $1",
+                    kept,
+                )
+
+            async def raw_gone() -> bool:
+                async with pg(own_stores) as db:
+                    done = await db.fetchval(
+                        "SELECT raw_cleared_at FROM uploads WHERE upload_id = $1", kept
+                    )
+                return done is not None
+
+            await eventually(raw_gone, timeout=20)
+            assert await objects.head(f"u/{kept}") is None
+            assert await objects.head(f"s/{kept}") is not None
+        assert await b.download(kept) == b"sent", "the sealed copy stays"
         await a.aclose()
         await b.aclose()
     finally:
