@@ -67,13 +67,8 @@ from im_server.runtime.processes import (
     wait_for_port,
 )
 from im_server.runtime.redis_server import EmbeddedRedis, start_redis
-from im_server.runtime.s3_server import (
-    CREDENTIALS_FILE,
-    EmbeddedS3,
-    S3Credentials,
-    read_credentials,
-    start_s3,
-)
+from im_server.runtime.s3_config import CREDENTIALS_FILE, S3Credentials, read_credentials
+from im_server.runtime.s3_server import EmbeddedS3, start_s3
 
 PG_SYSTEM_USER = STORE_SYSTEM_USER
 

@@ -59,6 +59,7 @@ from im_server.runtime.processes import (
     tail,
     terminate,
     wait_dead,
+    with_fresh_ports,
 )
 
 log = logging.getLogger("im_server.runtime")
@@ -382,45 +383,11 @@ def _secure_logs(pgdata: Path, user: StoreUser) -> None:
             secure_path(f, user, 0o600)
 
 
-def start_postgres(
-    data_dir: Path, port: int | None = None, *, fsync: bool = True
+def _launch(
+    pgdata: Path, port: int, sock_dir: Path, user: StoreUser, password: str, fsync: bool
 ) -> EmbeddedPostgres:
-    """Start PostgreSQL on PGDATA ``data_dir`` (initdb first if needed) on 127.0.0.1:``port``.
-
-    Leftovers of a previous run on the same PGDATA (a live postmaster, orphan backends,
-    stale pid/lock files) are cleaned up first. ``port=None`` picks a free port; a busy
-    explicit port raises ``EmbeddedRuntimeError``. The returned ``url`` carries the
-    superuser password (kept in ``data_dir/im-server.password``).
-    """
-    t0 = time.monotonic()
-    pgdata = Path(data_dir).expanduser().absolute()
-    user = store_user()
-    notes: list[str] = []
-
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    if pgdata.exists() and not (pgdata / "PG_VERSION").exists():
-        if any(pgdata.iterdir()):
-            notes.append("wiped a PGDATA without PG_VERSION (interrupted initdb)")
-            for p in procs_in_dir("postgres", pgdata):
-                terminate(p.pid, sig=signal.SIGKILL)
-            shutil.rmtree(pgdata)
-    if not (pgdata / "PG_VERSION").exists():
-        t_init = time.monotonic()
-        _initdb(pgdata, user, sync=fsync)
-        notes.append(f"initdb in {time.monotonic() - t_init:.2f}s")
-    user.chown_tree(pgdata)
-    secure_path(pgdata, user)
-    if user.uid is not None:
-        open_prefix(pgdata, user.uid)
-
-    sock_dir = _pg_socket_dir(pgdata)
-    _cleanup_previous_postgres(pgdata, sock_dir, user, notes)
-    password = load_or_create_password(pgdata, user)
-    _ensure_auth(pgdata, user, password, sync=fsync, notes=notes)
-    _secure_logs(pgdata, user)
-
-    if port is None:
-        port = free_port()
+    """``pg_ctl start`` on ``port`` and wait until it answers; ``EmbeddedRuntimeError``
+    with the log's tail otherwise."""
     check_port(port, "postgres")
     _prepare_socket_dir(sock_dir, user)
 
@@ -484,12 +451,60 @@ def start_postgres(
                 f"(PGDATA {pgdata})\n--- tail of {log_file} ---\n{tail(log_file)}"
             )
         time.sleep(0.05)
+    return pg
+
+
+def start_postgres(
+    data_dir: Path, port: int | None = None, *, fsync: bool = True
+) -> EmbeddedPostgres:
+    """Start PostgreSQL on PGDATA ``data_dir`` (initdb first if needed) on 127.0.0.1:``port``.
+
+    Leftovers of a previous run on the same PGDATA (a live postmaster, orphan backends,
+    stale pid/lock files) are cleaned up first. ``port=None`` picks a free port; a busy
+    explicit port raises ``EmbeddedRuntimeError``. The returned ``url`` carries the
+    superuser password (kept in ``data_dir/im-server.password``).
+    """
+    t0 = time.monotonic()
+    pgdata = Path(data_dir).expanduser().absolute()
+    user = store_user()
+    notes: list[str] = []
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    if pgdata.exists() and not (pgdata / "PG_VERSION").exists():
+        if any(pgdata.iterdir()):
+            notes.append("wiped a PGDATA without PG_VERSION (interrupted initdb)")
+            for p in procs_in_dir("postgres", pgdata):
+                terminate(p.pid, sig=signal.SIGKILL)
+            shutil.rmtree(pgdata)
+    if not (pgdata / "PG_VERSION").exists():
+        t_init = time.monotonic()
+        _initdb(pgdata, user, sync=fsync)
+        notes.append(f"initdb in {time.monotonic() - t_init:.2f}s")
+    user.chown_tree(pgdata)
+    secure_path(pgdata, user)
+    if user.uid is not None:
+        open_prefix(pgdata, user.uid)
+
+    sock_dir = _pg_socket_dir(pgdata)
+    _cleanup_previous_postgres(pgdata, sock_dir, user, notes)
+    password = load_or_create_password(pgdata, user)
+    _ensure_auth(pgdata, user, password, sync=fsync, notes=notes)
+    _secure_logs(pgdata, user)
+
+    chosen: list[int] = []
+
+    def attempt(fresh: bool) -> EmbeddedPostgres:
+        p = port if port is not None else free_port()
+        chosen[:] = [] if port is not None else [p]
+        return _launch(pgdata, p, sock_dir, user, password, fsync)
+
+    pg = with_fresh_ports(attempt, lambda: chosen, "postgres")
     log.info(
         "postgres: %s; started pid %s on %s:%d (fsync=%s) in %.2fs total",
         "; ".join(notes) or "clean start",
         pg.pid(),
         HOST,
-        port,
+        pg.port,
         "on" if fsync else "off",
         time.monotonic() - t0,
     )

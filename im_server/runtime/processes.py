@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import socket
@@ -13,9 +14,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
+
+log = logging.getLogger("im_server.runtime")
+T = TypeVar("T")
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 30.0
@@ -81,6 +85,38 @@ def check_port(port: int, what: str) -> None:
             f"{what}: port {HOST}:{port} is already in use by another process; "
             "choose another port or leave it unset to pick a free one"
         )
+
+
+PORT_ATTEMPTS = 4
+"""How many times a store started on ports of our choosing is started again on fresh
+ports when another process took one of them between the choice and the bind."""
+
+
+def with_fresh_ports(
+    start: Callable[[bool], T], chosen: Callable[[], Iterable[int]], what: str
+) -> T:
+    """``start(fresh)`` until it works, at most ``PORT_ATTEMPTS`` times. A port is chosen
+    free (:func:`free_port`) and bound later by the store's own process: another process
+    on the machine may take it in between (several stores starting at once make it
+    likely). When a start fails and one of the ports it was given is busy now that its
+    process is gone, that is what happened: start again with fresh ports (``fresh``
+    True). Any other failure is raised at once."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return start(attempt > 1)
+        except EmbeddedRuntimeError:
+            taken = [p for p in chosen() if not _port_is_free(p)]
+            if not taken or attempt == PORT_ATTEMPTS:
+                raise
+            log.warning(
+                "%s: port %s was taken by another process while starting; "
+                "starting again on fresh ports (attempt %d of %d)",
+                what,
+                ", ".join(map(str, taken)),
+                attempt + 1,
+                PORT_ATTEMPTS,
+            )
+    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- logs

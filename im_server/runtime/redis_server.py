@@ -60,6 +60,7 @@ from im_server.runtime.processes import (
     tail,
     terminate,
     wait_dead,
+    with_fresh_ports,
 )
 
 log = logging.getLogger("im_server.runtime")
@@ -416,12 +417,17 @@ def start_redis(
     # Older versions ran Redis as root with umask 022: take the files over, make them 0600.
     secure_tree(data_dir, user)
     password = load_or_create_password(data_dir, user)
-    if port is None:
-        port = free_port()
-    check_port(port, "valkey")
-    write_config(data_dir / CONFIG_FILE, redis_config(data_dir, port, password, appendfsync), user)
+    chosen: list[int] = []
 
-    proc_ = launch_valkey(data_dir, port, password, user, notes)
+    def attempt(fresh: bool) -> tuple[subprocess.Popen[bytes], int]:
+        p = port if port is not None else free_port()
+        chosen[:] = [] if port is not None else [p]
+        check_port(p, "valkey")
+        config = redis_config(data_dir, p, password, appendfsync)
+        write_config(data_dir / CONFIG_FILE, config, user)
+        return launch_valkey(data_dir, p, password, user, notes), p
+
+    proc_, port = with_fresh_ports(attempt, lambda: chosen, "valkey")
 
     log.info(
         "valkey: %s; started pid %d on %s:%d (appendfsync=%s) in %.2fs",

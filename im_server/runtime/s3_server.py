@@ -28,8 +28,8 @@ import http.client
 import json
 import logging
 import os
-import secrets
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -40,7 +40,6 @@ from im_server.runtime.ownership import (
     StoreUser,
     make_private_dir,
     open_private_log,
-    read_private,
     secure_tree,
     store_user,
     weed_binary,
@@ -52,8 +51,6 @@ from im_server.runtime.processes import (
     START_TIMEOUT,
     STOP_TIMEOUT,
     EmbeddedRuntimeError,
-    check_port,
-    free_port,
     is_ours,
     pdeathsig_preexec,
     proc,
@@ -64,140 +61,22 @@ from im_server.runtime.processes import (
     tail,
     terminate,
     wait_dead,
+    with_fresh_ports,
 )
+from im_server.runtime.s3_config import (
+    IDENTITIES_FILE,
+    REGION,
+    SECURITY_FILE,
+    SOCKET_PATH_BUDGET,
+    choose_ports,
+    identities_config,
+    load_or_create_credentials,
+    security_config,
+    write_if_changed,
+)
+from im_server.runtime.tls_certs import TlsFiles, ensure_certificates, tls_files
 
 log = logging.getLogger("im_server.runtime")
-
-CREDENTIALS_FILE = "im-server.credentials"
-PORTS_FILE = "im-server.ports"
-IDENTITIES_FILE = "s3.json"
-SECURITY_FILE = "security.toml"
-REGION = "us-east-1"
-IDENTITY = "im-server"
-# every listener weed mini opens, S3 first; each gets a port of its own
-_LISTENERS = (
-    "s3.port",
-    "s3.port.grpc",
-    "master.port",
-    "master.port.grpc",
-    "volume.port",
-    "volume.port.grpc",
-    "filer.port",
-    "filer.port.grpc",
-    "admin.port",
-    "admin.port.grpc",
-)
-_SOCKET_PATH_BUDGET = 100  # sun_path holds 107 bytes + NUL
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    access_key: str
-    secret_key: str = field(repr=False)
-
-
-def _new_credentials() -> S3Credentials:
-    return S3Credentials("IM" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30))
-
-
-def load_or_create_credentials(s3_dir: Path, user: StoreUser) -> S3Credentials:
-    """The keys kept in ``s3_dir``; new ones are made (and kept) when there are none."""
-    path = s3_dir / CREDENTIALS_FILE
-    try:
-        text = read_private(path, user).strip()
-    except FileNotFoundError:
-        text = ""
-    if not text:
-        creds = _new_credentials()
-        body = {"access_key": creds.access_key, "secret_key": creds.secret_key}
-        write_private(path, json.dumps(body) + "\n", user)
-        return creds
-    found: S3Credentials | None
-    try:
-        raw = json.loads(text)
-        found = S3Credentials(str(raw["access_key"]), str(raw["secret_key"]))
-    except (ValueError, KeyError, TypeError):
-        found = None
-    if found is None or len(found.access_key) < 8 or len(found.secret_key) < 16:
-        # The message must not quote the file: it holds a secret, if a malformed one.
-        raise EmbeddedRuntimeError(
-            f"{path} does not hold usable keys: it must be a JSON object with "
-            '"access_key" (8+ characters) and "secret_key" (16+ characters); delete it '
-            "to get new random ones"
-        )
-    return found
-
-
-def read_credentials(s3_dir: Path) -> S3Credentials:
-    """The keys kept in an S3 folder (for tools and tests that connect by hand)."""
-    raw = json.loads((Path(s3_dir) / CREDENTIALS_FILE).read_text())
-    return S3Credentials(raw["access_key"], raw["secret_key"])
-
-
-def identities_config(creds: S3Credentials) -> str:
-    """SeaweedFS' ``-s3.config``: one identity allowed everything, nobody anonymous."""
-    return (
-        json.dumps(
-            {
-                "identities": [
-                    {
-                        "name": IDENTITY,
-                        "credentials": [
-                            {"accessKey": creds.access_key, "secretKey": creds.secret_key}
-                        ],
-                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                    }
-                ]
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-
-
-def _security_config(s3_dir: Path, user: StoreUser) -> str:
-    """JWT keys for the volume and filer HTTP listeners, kept from the first start."""
-    path = s3_dir / SECURITY_FILE
-    with contextlib.suppress(FileNotFoundError):
-        text = read_private(path, user)
-        if "[jwt.signing]" in text:
-            return text
-    keys = [secrets.token_urlsafe(32) for _ in range(4)]
-    return (
-        "# Written by im-server at first start (kept afterwards): JWT keys of the\n"
-        "# volume and filer HTTP listeners, so only this weed process reads or writes.\n"
-        f'[jwt.signing]\nkey = "{keys[0]}"\n\n'
-        f'[jwt.signing.read]\nkey = "{keys[1]}"\n\n'
-        f'[jwt.filer_signing]\nkey = "{keys[2]}"\n\n'
-        f'[jwt.filer_signing.read]\nkey = "{keys[3]}"\n'
-    )
-
-
-def _ports(s3_dir: Path, user: StoreUser, s3_port: int | None) -> dict[str, int]:
-    """The previous run's ports when they are still free (the master keeps its state in a
-    folder named after its port), else fresh ones; ``s3_port`` wins for S3."""
-    try:
-        old = json.loads(read_private(s3_dir / PORTS_FILE, user))
-    except (FileNotFoundError, ValueError):
-        old = {}
-    ports: dict[str, int] = {}
-    for name in _LISTENERS:
-        want = s3_port if name == "s3.port" and s3_port is not None else old.get(name)
-        if isinstance(want, int) and want not in ports.values():
-            if name == "s3.port" and s3_port is not None:
-                check_port(want, "s3")
-                ports[name] = want
-                continue
-            with contextlib.suppress(EmbeddedRuntimeError):
-                check_port(want, "s3")
-                ports[name] = want
-                continue
-        port = free_port()
-        while port in ports.values():
-            port = free_port()
-        ports[name] = port
-    write_private(s3_dir / PORTS_FILE, json.dumps(ports) + "\n", user)
-    return ports
 
 
 def _weed_args(s3_dir: Path, ports: dict[str, int], external_url: str | None) -> list[str]:
@@ -223,7 +102,7 @@ def _weed_args(s3_dir: Path, ports: dict[str, int], external_url: str | None) ->
     # the local sockets default to /tmp/seaweedfs-*-<port>.sock, open to every local user
     for name in ("filer", "s3"):
         sock = data / f"{name}.sock"
-        if len(str(sock)) <= _SOCKET_PATH_BUDGET:
+        if len(str(sock)) <= SOCKET_PATH_BUDGET:
             args.append(f"-{name}.localSocket={sock}")
     return args
 
@@ -251,6 +130,11 @@ class EmbeddedS3:
     @property
     def pid_file(self) -> Path:
         return self.data_dir / "weed.pid"
+
+    def internal_tls(self) -> ssl.SSLContext:
+        """A client context for the internal listeners (master, volume, filer, gRPC),
+        which take only mutual TLS: for tools and tests that look behind S3."""
+        return internal_tls(tls_files(self.data_dir))
 
     def env(self) -> dict[str, str]:
         """The ``IM_S3_*`` settings that point a server at this store."""
@@ -339,10 +223,18 @@ def _s3_answers(port: int) -> int | None:
         conn.close()
 
 
-def volumes_known(master_port: int) -> int | None:
+def internal_tls(tls: TlsFiles) -> ssl.SSLContext:
+    """A client context for weed's internal listeners: the CA, and the certificate they
+    ask every caller for."""
+    ctx = ssl.create_default_context(cafile=str(tls.ca))
+    ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    return ctx
+
+
+def volumes_known(master_port: int, tls: ssl.SSLContext) -> int | None:
     """How many volumes the master knows from its volume servers, or None (no data node
     has registered yet, or the master does not answer)."""
-    conn = http.client.HTTPConnection(HOST, master_port, timeout=1.0)
+    conn = http.client.HTTPSConnection(HOST, master_port, timeout=1.0, context=tls)
     try:
         conn.request("GET", "/dir/status")
         resp = conn.getresponse()
@@ -385,6 +277,55 @@ def _spawn_weed(
     )
 
 
+def _launch(
+    s3_dir: Path, user: StoreUser, ports: dict[str, int], external_url: str | None, tls: TlsFiles
+) -> tuple[subprocess.Popen[bytes], int, int | None]:
+    """Start weed on these ports and wait until it serves: (process, S3 port, the status
+    of an unsigned request); ``EmbeddedRuntimeError`` when it exits or does not answer."""
+    port = ports["s3.port"]
+    # weed mini keeps its options of the last run here and reads them back at start: ours
+    # are all on the command line, so an old file only gets in the way
+    (s3_dir / "data" / "mini.options").unlink(missing_ok=True)
+
+    log_file = s3_dir / "weed.log"
+    rotate_log(log_file)
+    log_fd = open_private_log(log_file, user)
+    try:
+        proc_ = _spawn_weed(s3_dir, _weed_args(s3_dir, ports, external_url), user, log_fd)
+    finally:
+        os.close(log_fd)
+    write_private(s3_dir / "weed.pid", f"{proc_.pid}\n", user)
+    on_disk = len(list((s3_dir / "data").glob("*.dat")))
+    client_tls = internal_tls(tls)
+    deadline = time.monotonic() + START_TIMEOUT
+    status: int | None = None
+    known: int | None = None
+    while True:
+        if proc_.poll() is not None:
+            (s3_dir / "weed.pid").unlink(missing_ok=True)
+            raise EmbeddedRuntimeError(
+                f"weed exited with status {proc_.returncode} while starting on {HOST}:{port}\n"
+                f"--- tail of {log_file} ---\n{tail(log_file)}"
+            )
+        status = _s3_answers(port)
+        # the S3 gateway answers before the volume server has told the master about the
+        # volumes already on disk: until then a read of a stored object fails with 500
+        if status is not None:
+            known = volumes_known(ports["master.port"], client_tls)
+            if known is not None and known >= on_disk:
+                break
+        if time.monotonic() >= deadline:
+            proc_.kill()
+            proc_.wait(10)
+            raise EmbeddedRuntimeError(
+                f"S3 on {HOST}:{port} is not ready after {START_TIMEOUT}s (answer {status}, "
+                f"volumes known to the master {known} of {on_disk})\n"
+                f"--- tail of {log_file} ---\n{tail(log_file)}"
+            )
+        time.sleep(0.02)
+    return proc_, port, status
+
+
 def start_s3(
     data_dir: Path, port: int | None = None, *, external_url: str | None = None
 ) -> EmbeddedS3:
@@ -405,54 +346,22 @@ def start_s3(
     secure_tree(s3_dir, user)
     make_private_dir(s3_dir / "data", user)
     creds = load_or_create_credentials(s3_dir, user)
-    ports = _ports(s3_dir, user, port)
-    port = ports["s3.port"]
-    _write_if_changed(s3_dir / IDENTITIES_FILE, identities_config(creds), user)
-    _write_if_changed(s3_dir / SECURITY_FILE, _security_config(s3_dir, user), user)
-    # weed mini keeps its options of the last run here and reads them back at start: ours
-    # are all on the command line, so an old file only gets in the way
-    (s3_dir / "data" / "mini.options").unlink(missing_ok=True)
+    write_if_changed(s3_dir / IDENTITIES_FILE, identities_config(creds), user)
+    tls = ensure_certificates(s3_dir, user, HOST)
+    write_if_changed(s3_dir / SECURITY_FILE, security_config(s3_dir, user, tls), user)
+    chosen: list[int] = []
 
-    log_file = s3_dir / "weed.log"
-    rotate_log(log_file)
-    log_fd = open_private_log(log_file, user)
-    try:
-        proc_ = _spawn_weed(s3_dir, _weed_args(s3_dir, ports, external_url), user, log_fd)
-    finally:
-        os.close(log_fd)
-    write_private(s3_dir / "weed.pid", f"{proc_.pid}\n", user)
-    on_disk = len(list((s3_dir / "data").glob("*.dat")))
-    deadline = time.monotonic() + START_TIMEOUT
-    status: int | None = None
-    known: int | None = None
-    while True:
-        if proc_.poll() is not None:
-            (s3_dir / "weed.pid").unlink(missing_ok=True)
-            raise EmbeddedRuntimeError(
-                f"weed exited with status {proc_.returncode} while starting on {HOST}:{port}\n"
-                f"--- tail of {log_file} ---\n{tail(log_file)}"
-            )
-        status = _s3_answers(port)
-        # the S3 gateway answers before the volume server has told the master about the
-        # volumes already on disk: until then a read of a stored object fails with 500
-        if status is not None:
-            known = volumes_known(ports["master.port"])
-            if known is not None and known >= on_disk:
-                break
-        if time.monotonic() >= deadline:
-            proc_.kill()
-            proc_.wait(10)
-            raise EmbeddedRuntimeError(
-                f"S3 on {HOST}:{port} is not ready after {START_TIMEOUT}s (answer {status}, "
-                f"volumes known to the master {known} of {on_disk})\n"
-                f"--- tail of {log_file} ---\n{tail(log_file)}"
-            )
-        time.sleep(0.02)
-    store = EmbeddedS3(s3_dir, port, creds.access_key, creds.secret_key, process=proc_)
+    def attempt(fresh: bool) -> tuple[subprocess.Popen[bytes], int, int | None]:
+        ports = choose_ports(s3_dir, user, port, fresh=fresh)
+        chosen[:] = [p for name, p in ports.items() if name != "s3.port" or port is None]
+        return _launch(s3_dir, user, ports, external_url, tls)
+
+    proc_, s3_port, status = with_fresh_ports(attempt, lambda: chosen, "s3")
+    store = EmbeddedS3(s3_dir, s3_port, creds.access_key, creds.secret_key, process=proc_)
     if status != 403:
         store.stop()
         raise EmbeddedRuntimeError(
-            f"S3 on {HOST}:{port} answered an unsigned request with {status}, not 403: "
+            f"S3 on {HOST}:{s3_port} answered an unsigned request with {status}, not 403: "
             "its identities did not load"
         )
     log.info(
@@ -463,12 +372,3 @@ def start_s3(
         time.monotonic() - t0,
     )
     return store
-
-
-def _write_if_changed(path: Path, text: str, user: StoreUser) -> None:
-    try:
-        if read_private(path, user) == text:
-            return
-    except FileNotFoundError:
-        pass
-    write_private(path, text, user)

@@ -430,3 +430,88 @@ def test_parent_process_group_killed(tmp_path: Path, stoppers: list[Callable[[],
     assert not alive(pids["pg"])
     assert pg_fetch(pg, "select 1 as one")[0]["one"] == 1
     assert rget(r, "from-child") == b"1"
+
+
+# --------------------------------------------------------------------------- port races
+
+
+@pytest.fixture
+def thief() -> Iterator[socket.socket]:
+    """Another process's listener, on a port that was free a moment ago: what a start
+    racing with another one on the same machine meets between choosing a port and
+    binding it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    yield s
+    s.close()
+
+
+def _first_pick(thief: socket.socket) -> Callable[[], int]:
+    """A port chooser whose first answer is the thief's port, and free ports after."""
+    taken = [int(thief.getsockname()[1])]
+
+    def pick() -> int:
+        return taken.pop() if taken else free_port()
+
+    return pick
+
+
+@pytest.mark.parametrize("store", ["postgres", "valkey", "s3"])
+def test_a_port_taken_before_the_store_binds_it_is_exchanged(
+    tmp_path: Path,
+    stoppers: list[Callable[[], None]],
+    thief: socket.socket,
+    monkeypatch: pytest.MonkeyPatch,
+    store: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store is started again on fresh ports (the real server process meets the
+    taken port and fails; the start sees the port busy and tries again), and serves."""
+    from im_server.runtime import postgres, redis_server, s3_config, s3_server
+
+    stolen = int(thief.getsockname()[1])
+    module = {"postgres": postgres, "valkey": redis_server, "s3": s3_config}[store]
+    monkeypatch.setattr(module, "free_port", _first_pick(thief))
+    caplog.set_level("WARNING", logger="im_server.runtime")
+    if store == "postgres":
+        pg = start_postgres(tmp_path / "pg", fsync=False)
+        stoppers.append(pg.stop)
+        assert pg.port != stolen and pg_fetch(pg, "SELECT 1 AS x")[0]["x"] == 1
+    elif store == "valkey":
+        rd = start_redis(tmp_path / "rd")
+        stoppers.append(rd.stop)
+        assert rd.port != stolen and rclient(rd).ping()
+    else:
+        s3 = s3_server.start_s3(tmp_path / "s3")
+        stoppers.append(s3.stop)
+        ports = json.loads((tmp_path / "s3" / "im-server.ports").read_text())
+        assert stolen not in ports.values(), ports
+    assert "taken by another process while starting" in caplog.text
+
+
+def test_a_start_that_fails_for_good_says_why_in_one_line(tmp_path: Path) -> None:
+    """``serve`` whose embedded object store cannot start (its keys file is broken): one
+    line on stderr saying so, exit status 1, no traceback, and the stores it did start
+    are stopped."""
+    data = tmp_path / "data"
+    (data / "s3").mkdir(parents=True, mode=0o700)
+    (data / "s3" / "im-server.credentials").write_text("{not json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IM_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "im_server", "serve", "--port", str(free_port())]
+        + ["--data-dir", str(data)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("im-server:")]
+    assert len(err) == 1 and "does not hold usable keys" in err[0], proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(data) in " ".join(p.info["cmdline"] or [])
+    ]

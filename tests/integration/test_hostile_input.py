@@ -1811,9 +1811,7 @@ async def test_nan_and_infinity_in_bodies_are_refused_and_store_nothing(
     assert await send_ok(alice, conv, "next") == first["seq"] + 1
 
 
-@pytest.mark.parametrize(
-    "literal", [str(2**70), str(2**64), str(-(2**63) - 1), "9" * 300]
-)
+@pytest.mark.parametrize("literal", [str(2**70), str(2**64), str(-(2**63) - 1), "9" * 300])
 async def test_integers_past_64_bits_are_refused_and_store_nothing(
     pair: tuple[Client, Client, str], literal: str
 ) -> None:

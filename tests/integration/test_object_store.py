@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import logging
 import os
+import socket
+import ssl
 import stat
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -27,7 +31,8 @@ from im_server.runtime.embedded import (
     read_credentials,
     start_s3,
 )
-from im_server.runtime.s3_server import PORTS_FILE, volumes_known
+from im_server.runtime.s3_config import PORTS_FILE
+from im_server.runtime.s3_server import volumes_known
 from im_server.storage.objects import (
     ObjectInfo,
     ObjectStore,
@@ -306,7 +311,11 @@ def test_restart_keeps_keys_and_objects(
     assert again.port == s3.port  # the previous ports, still free
     # ready means the master knows the volumes already on disk (else a read answers 500)
     master_port = json.loads((folder / PORTS_FILE).read_text())["master.port"]
-    assert (volumes_known(master_port) or 0) >= len(list((folder / "data").glob("*.dat"))) >= 1
+    assert (
+        (volumes_known(master_port, again.internal_tls()) or 0)
+        >= len(list((folder / "data").glob("*.dat")))
+        >= 1
+    )
     assert asyncio.run(put_and_get(again, False)) == b"kept"
     again.stop()
     assert weeds_in(folder) == []
@@ -388,14 +397,88 @@ async def test_serve_runs_its_own_s3(tmp_path: Path) -> None:
     assert creds.secret_key not in log_text
 
 
-def test_internal_listeners_want_a_jwt(stores: Stores) -> None:
-    """The filer and volume HTTP ports bypass S3 authentication, so they refuse whoever
-    has no token signed with the keys of security.toml (every listener is on 127.0.0.1)."""
-    ports = json.loads((stores.s3.data_dir / "im-server.ports").read_text())
-    assert stat.S_IMODE((stores.s3.data_dir / "security.toml").stat().st_mode) == 0o600
-    filer = f"http://127.0.0.1:{ports['filer.port']}"
-    assert httpx.get(filer + "/buckets/", headers={"Accept": "application/json"}).status_code == 401
-    files = {"file": ("x", b"x")}
-    assert httpx.post(filer + "/buckets/evil/x", files=files).status_code == 401
-    volume = f"http://127.0.0.1:{ports['volume.port']}"
-    assert httpx.post(volume + "/1,01637037d6", files=files).status_code == 401
+def _listening(pid: int) -> list[int]:
+    """Every TCP port the process listens on (what an attacker on the host would find)."""
+    conns = psutil.Process(pid).net_connections("inet")
+    return sorted({c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN})
+
+
+def _plain_http(port: int, method: str, path: str) -> int | None:
+    """The status of an anonymous plain-HTTP request, None when the connection is cut."""
+    try:
+        return httpx.request(method, f"http://127.0.0.1:{port}{path}", timeout=5).status_code
+    except httpx.TransportError:
+        return None
+
+
+def _tls_without_certificate(port: int) -> str:
+    """How a TLS handshake that presents no client certificate ends."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            with ctx.wrap_socket(raw) as tls:
+                tls.sendall(b"GET /dir/status HTTP/1.1\r\nHost: x\r\n\r\n")
+                return f"answered {tls.recv(64)!r}"
+    except (ssl.SSLError, OSError) as e:
+        return f"refused ({type(e).__name__})"
+
+
+# what an anonymous caller tried on the master's port: wipe the bucket's collection,
+# store a file, get a file id (and a write token), read the topology
+_HOSTILE = [
+    ("GET", "/col/delete?collection=im-uploads"),
+    ("POST", "/submit"),
+    ("GET", "/dir/assign"),
+    ("GET", "/dir/status"),
+    ("PUT", "/buckets/evil/x"),
+    ("GET", "/buckets/?pretty=y"),
+    ("DELETE", "/buckets/im-uploads/"),
+]
+
+
+def test_every_port_of_the_object_store_refuses_anonymous_callers(stores: Stores) -> None:
+    """Every listener of the running weed process, found on the process (not from a
+    list): the S3 port refuses unsigned reads, writes, deletes and listings (403); every
+    other port (master, volume, filer, each gRPC port, anything else) takes mutual TLS
+    only: a plain HTTP request is not served and a TLS handshake without the client
+    certificate is refused. With the certificate, the master answers (the probe looks in
+    the right place)."""
+    pid = stores.s3.pid()
+    assert pid is not None
+    # the admin part starts last, after S3 is ready: wait for every part to listen
+    given = set(json.loads((stores.s3.data_dir / PORTS_FILE).read_text()).values())
+    deadline = time.monotonic() + 20
+    while not given <= set(_listening(pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ports = _listening(pid)
+    s3 = stores.s3.port
+    assert given <= set(ports) and len(ports) >= 10, (ports, given)
+    base = f"http://127.0.0.1:{s3}"
+    for method, path in [
+        ("GET", "/"),
+        ("GET", "/im-uploads"),
+        ("PUT", "/im-uploads/x"),
+        ("DELETE", "/im-uploads/x"),
+        ("DELETE", "/im-uploads"),
+    ]:
+        r = httpx.request(method, base + path, content=b"x" if method == "PUT" else None)
+        assert r.status_code == 403, (method, path, r.status_code, r.text[:200])
+    for port in ports:
+        if port == s3:
+            continue
+        for method, path in _HOSTILE:
+            status = _plain_http(port, method, path)
+            assert status in (None, 400), (port, method, path, status)
+        assert _tls_without_certificate(port).startswith("refused"), port
+    master = json.loads((stores.s3.data_dir / PORTS_FILE).read_text())["master.port"]
+    conn = http.client.HTTPSConnection(
+        "127.0.0.1", master, timeout=5, context=stores.s3.internal_tls()
+    )
+    try:
+        conn.request("GET", "/dir/status")
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+    for name in ("security.toml", "tls-key.pem", "tls-cert.pem", "tls-ca.pem"):
+        assert stat.S_IMODE((stores.s3.data_dir / name).stat().st_mode) == 0o600, name
