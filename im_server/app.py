@@ -31,13 +31,15 @@ from im_server.api import uploads as uploads_api
 from im_server.api.failures import install_error_handlers
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
+from im_server.context.batching import Coalescer
+from im_server.context.health import Health
+from im_server.context.limits import RateLimits
 from im_server.gateway import ws
 from im_server.gateway.fanout import PRESENCE_S, Fanout
 from im_server.gateway.hub import Hub
 from im_server.gateway.longpoll import LongPolls
 from im_server.gateway.presence import PresenceTracker
 from im_server.gateway.recheck import TokenRecheck
-from im_server.health import Health
 from im_server.metrics import STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
@@ -50,8 +52,6 @@ from im_server.services import (
     send,
     uploads,
 )
-from im_server.services.coalesce import Coalescer
-from im_server.services.ratelimit import RateLimits
 from im_server.storage.db import create_engine
 from im_server.storage.objects import ObjectStore
 from im_server.storage.redis.store import RedisStore

@@ -20,7 +20,7 @@ from im_server.api.responses import (
 )
 from im_server.api.schemas import EditBody, ReadBody, SendBody, SettingsBody
 from im_server.errors import bad_request
-from im_server.ids import parse_conv_id
+from im_server.protocol.ids import parse_conv_id
 from im_server.protocol.server_frames import AckOk, Edited
 from im_server.services import conversations, history, reactions, read, send
 from im_server.services.edits import do_edit

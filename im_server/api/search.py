@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.parsing import StrictJsonRoute, query_uint
 from im_server.api.responses import SearchPage
-from im_server.ids import parse_conv_id
+from im_server.protocol.ids import parse_conv_id
 from im_server.services import search
 
 router = APIRouter(prefix="/v1", tags=["search"], responses=ERRORS, route_class=StrictJsonRoute)

@@ -30,8 +30,8 @@ from im_server.errors import ImError, is_store_error, unavailable
 from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Conn, Hub
 from im_server.gateway.presence import PresenceTracker
-from im_server.ids import ConvRef
 from im_server.protocol.close_codes import CloseCode
+from im_server.protocol.ids import ConvRef
 from im_server.protocol.session import (
     Close,
     CursorCmd,

@@ -7,4 +7,4 @@
 - ``session``: one connection's protocol state (frames in, commands out).
 - ``schema``: the JSON Schema of every frame, generated from the models.
 
-Nothing is imported here, so that ``im_server.ids`` can use ``types`` cheaply."""
+Nothing is imported here, so that ``protocol.ids`` can use ``types`` cheaply."""

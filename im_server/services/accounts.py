@@ -16,14 +16,13 @@ import hashlib
 import re
 import secrets
 from functools import lru_cache
-from typing import NamedTuple
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from im_server import metrics
 from im_server.config import Settings
-from im_server.context import Context
+from im_server.context import Context, Session
 from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.names import NameRefused, check_display_name, normalize_username, username_key
 from im_server.services import login_throttle, quotas
@@ -32,13 +31,6 @@ from im_server.storage.db import now_ms
 
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 DAY_MS = 86_400_000
-
-
-class Session(NamedTuple):
-    """Who a live token speaks for."""
-
-    user_id: int
-    device_id: str
 
 
 @lru_cache(maxsize=8)

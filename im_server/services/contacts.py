@@ -7,7 +7,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text, not_found
-from im_server.ids import MAX_ID, single_conv_id
+from im_server.protocol.ids import MAX_ID, single_conv_id
 from im_server.services import notify, permissions, quotas, seqs
 from im_server.storage import accounts, contacts, conversations
 from im_server.storage.db import next_version_txn

@@ -6,7 +6,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.services import notify, seqs
 from im_server.services.history import load_member
 from im_server.storage import conversations, reactions

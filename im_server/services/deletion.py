@@ -24,7 +24,7 @@ import logging
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text
-from im_server.ids import single_conv_id
+from im_server.protocol.ids import single_conv_id
 from im_server.services import groups, notify, permissions
 from im_server.services.accounts import confirm_password, revoked
 from im_server.storage import accounts as store

@@ -25,9 +25,9 @@ from pydantic_core import PydanticCustomError
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
-from im_server.ids import ConvRef
 from im_server.protocol.attachments import ATTACHMENT_TYPES, check_attachment_content
 from im_server.protocol.client_frames import TEXT_RULE
+from im_server.protocol.ids import ConvRef
 from im_server.protocol.server_frames import Edited, edited
 from im_server.protocol.types import SERVER_CONTENT_TYPES
 from im_server.services import send, uploads

@@ -9,8 +9,8 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
-from im_server.ids import group_conv_id, parse_conv_id
 from im_server.names import check_display_name
+from im_server.protocol.ids import group_conv_id, parse_conv_id
 from im_server.services import notify, outbox, permissions, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, contacts, conversations, groups

@@ -10,7 +10,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError, not_found
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.protocol.types import MAX_INT64
 from im_server.storage import conversations, messages, reactions
 from im_server.storage.conversations import ConvRow, MemberRow

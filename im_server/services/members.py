@@ -4,7 +4,7 @@ active members (cached per process, dropped on every membership change)."""
 from __future__ import annotations
 
 from im_server.context import Context
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.storage import conversations
 
 

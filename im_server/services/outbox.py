@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError, is_store_error
-from im_server.ids import parse_conv_id
+from im_server.protocol.ids import parse_conv_id
 from im_server.services import send
 from im_server.storage import outbox
 from im_server.storage.db import now_ms

@@ -13,7 +13,7 @@ import logging
 from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError, unavailable
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.storage import contacts, conversations
 from im_server.storage.db import now_ms
 from im_server.storage.redis.replies import RefusalCode

@@ -25,8 +25,8 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import bad_request
-from im_server.ids import MAX_ID
 from im_server.protocol import server_frames
+from im_server.protocol.ids import MAX_ID
 from im_server.storage import presence as presence_db
 
 MAX_USER_IDS = 200

@@ -15,7 +15,7 @@ from typing import Literal
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, not_found
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.protocol.types import EMOJI_RULE, SERVER_CONTENT_TYPES, valid_emoji
 from im_server.services import outbox, permissions
 from im_server.services.recall import visible_message

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from im_server.context import Context
 from im_server.errors import ImError, not_found
-from im_server.ids import ConvRef, parse_conv_id
+from im_server.protocol.ids import ConvRef, parse_conv_id
 from im_server.protocol.server_frames import cursor_push, encode, typing_push
 from im_server.services import members, permissions
 from im_server.storage import cursors, messages

@@ -22,7 +22,7 @@ import orjson
 
 from im_server.context import Context
 from im_server.errors import ImError, not_found
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.services import send, seqs
 from im_server.services.history import INF, load_member, window
 from im_server.storage import messages

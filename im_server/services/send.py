@@ -21,14 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server import metrics
 from im_server.context import Context, DedupeChecker
+from im_server.context.batching import Coalescer
 from im_server.errors import ImError, bad_request, is_store_error, unavailable
-from im_server.ids import ConvRef
 from im_server.protocol.attachments import ATTACHMENT_TYPES
 from im_server.protocol.client_frames import SendFields
+from im_server.protocol.ids import ConvRef
 from im_server.protocol.server_frames import AckOk, ack, message_frame
 from im_server.protocol.session import SendCmd
 from im_server.services import members, permissions, recovery, seqs, uploads
-from im_server.services.coalesce import Coalescer
 from im_server.services.history import window
 from im_server.storage import conversations
 from im_server.storage import messages as msg_store

@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from im_server.context import Context
 from im_server.errors import is_store_error
-from im_server.ids import ConvRef
+from im_server.protocol.ids import ConvRef
 from im_server.storage import conversations
 
-if TYPE_CHECKING:  # the context holds a SeqRefills, so it imports this module
-    from im_server.context import Context
-
 log = logging.getLogger("im_server.seqs")
-
-
-@dataclass(slots=True)
-class SeqRefills:
-    """This process's refills: the one in flight per conversation (callers share it)
-    and the conversations being topped up in the background."""
-
-    inflight: dict[str, asyncio.Future[None]] = field(default_factory=dict)
-    topping_up: set[str] = field(default_factory=set)
 
 
 async def refill(ctx: Context, ref: ConvRef) -> None:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from im_server.client import ApiError, Client
-from im_server.ids import group_conv_id
+from im_server.protocol.ids import group_conv_id
 from tests.support import (
     PASSWORD,
     Make,

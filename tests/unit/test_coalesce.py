@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from im_server.services.coalesce import Coalescer
+from im_server.context.batching import Coalescer
 from tests.support import eventually
 
 

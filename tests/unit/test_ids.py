@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from im_server.errors import ImError
-from im_server.ids import (
+from im_server.protocol.ids import (
     MAX_ID,
     group_conv_id,
     parse_conv_id,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from im_server.errors import ImError
-from im_server.ids import group_conv_id, parse_conv_id, single_conv_id, valid_client_msg_id
+from im_server.protocol.ids import group_conv_id, parse_conv_id, single_conv_id, valid_client_msg_id
 
 MAX = 2**63 - 1
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from im_server.ids import parse_conv_id
+from im_server.protocol.ids import parse_conv_id
 from im_server.protocol.types import (
     MAX_INT64,
     ClientContentType,

@@ -20,7 +20,7 @@ from im_server.app import build_context
 from im_server.config import Settings
 from im_server.context import Context
 from im_server.errors import ImError
-from im_server.ids import parse_conv_id
+from im_server.protocol.ids import parse_conv_id
 from im_server.services import send
 from im_server.storage.redis.replies import (
     CHECK_DEDUPE,

@@ -15,27 +15,41 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server.config import Settings
+from im_server.context.batching import Coalescer
+from im_server.context.health import Health
+from im_server.context.limits import RateLimits
 from im_server.errors import unavailable
-from im_server.health import Health
-from im_server.services.coalesce import Coalescer
-from im_server.services.ratelimit import RateLimits
-from im_server.services.seqs import SeqRefills
 from im_server.storage.cursors import CursorResult
 from im_server.storage.objects import ObjectStore
 from im_server.storage.redis.replies import SendDuplicate, SendResult
 from im_server.storage.redis.store import RedisStore, SendArgs
 
-if TYPE_CHECKING:  # services.accounts imports this module
-    from im_server.services.accounts import Session
-
 K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
+
+
+class Session(NamedTuple):
+    """Who a live token speaks for."""
+
+    user_id: int
+    device_id: str
+
+
+@dataclass
+class SeqRefills:
+    """This process's seq-block refills (``services/seqs.py``): the one in flight per
+    conversation (callers share it) and the conversations being topped up in the
+    background."""
+
+    inflight: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    topping_up: set[str] = field(default_factory=set)
+
 
 # waits until woken or until the timeout (seconds) has passed
 Woken = Callable[[float], Awaitable[None]]

@@ -1,7 +1,7 @@
 """Conversation ids: ``s:<a>:<b>`` (a < b) for single chats, ``g:<group_id>`` for groups.
 
-The rule itself lives with the other wire types (``protocol/types.py``, :func:`conv_ref`);
-this module builds ids and turns a bad one into a ``bad_request``."""
+The rule itself lives with the other wire types (``types.py``, :func:`conv_ref`); this
+module builds ids and turns a bad one into a ``bad_request``."""
 
 from __future__ import annotations
 
