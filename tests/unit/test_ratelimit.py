@@ -6,7 +6,7 @@ import pytest
 
 from im_server.context.limits import Buckets
 from im_server.errors import ImError
-from im_server.services import ratelimit
+from im_server.context import limits as ratelimit
 
 
 class Clock:
