@@ -73,24 +73,7 @@ async def get_messages(
     summary="Send a message (the same pipeline and ack as the WebSocket)",
 )
 async def post_message(conv_id: str, body: SendBody, caller: CurrentUser, ctx: Ctx) -> AckOk:
-    ref = parse_conv_id(conv_id)
-    content_json = send.check_send(ctx, caller.user_id, ref, body.content)
-    extras = None
-    if not body.plain:
-        checked = await send.checked_extras(ctx, caller.user_id, ref, body)
-        if not isinstance(checked, send.Extras):
-            return checked  # a repeat of an accepted send
-        extras = checked
-        content_json = checked.content_json or content_json
-    return await send.do_send(
-        ctx,
-        caller.user_id,
-        ref,
-        body.client_msg_id,
-        body.content_type,
-        content_json,
-        extras=extras,
-    )
+    return await send.accept(ctx, caller.user_id, parse_conv_id(conv_id), body)
 
 
 @router.post(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
@@ -31,7 +30,7 @@ from im_server.gateway.fanout import Fanout
 from im_server.gateway.hub import Conn, Hub
 from im_server.gateway.presence import PresenceTracker
 from im_server.protocol.close_codes import CloseCode
-from im_server.protocol.ids import ConvRef
+from im_server.protocol.server_frames import AckOk
 from im_server.protocol.session import (
     Close,
     CursorCmd,
@@ -43,7 +42,6 @@ from im_server.protocol.session import (
     TypingCmd,
 )
 from im_server.services import accounts, edits, read, send
-from im_server.storage.redis.store import SendArgs
 
 log = logging.getLogger("im_server.ws")
 PATH = "/v1/ws"
@@ -95,51 +93,34 @@ class Gateway:
         return None
 
     def on_send(self, conn: Conn, session: Session, cmd: SendCmd) -> None:
-        """The fast path: check, queue the script call, and answer from its callback;
-        only an answer that needs more work (or an error) goes to a task."""
-        try:
-            content_json = send.check_send(self.ctx, conn.user_id, cmd.conv, cmd.content)
-        except ImError as e:
-            metrics.SENDS.labels(e.code).inc()
-            conn.push(session.refused(cmd.client_msg_id, e))
+        """Hand the send to its use case (``services/send.py``) and frame the answer.
+        The acks of one socket come back in the order of its frames: a send that needs
+        work before its script call (a mention, a reply, an upload) waits for the
+        socket's previous one, and so does any send behind it; a plain send with none
+        before it is answered straight from the service's callback, without a task."""
+        if cmd.plain and conn.send_chain is None:
+            fut = send.accept(self.ctx, conn.user_id, cmd.conv, cmd, exclude_conn=conn.id)
+            fut.add_done_callback(lambda f: self._answer(conn, session, cmd.client_msg_id, f))
             return
-        if not cmd.plain:
-            self._chain(conn, self._send_with_extras(conn, session, cmd, content_json))
-            return
-        if conn.send_chain is not None:  # an earlier send is still being checked
-            self._chain(conn, self._send_plain(conn, session, cmd, content_json))
-            return
-        args = send.new_args(
-            self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
-        )
-        started = time.perf_counter()
-        send.submit(self.ctx, args).add_done_callback(
-            lambda f: self._sent(conn, session, cmd.conv, args, started, f)
-        )
+        self._chain(conn, self._in_turn(conn, session, cmd))
 
-    def _sent(
-        self,
-        conn: Conn,
-        session: Session,
-        ref: ConvRef,
-        args: SendArgs,
-        started: float,
-        fut: asyncio.Future[Any],
-    ) -> None:
-        try:
-            if not fut.cancelled() and fut.exception() is None:
-                out = send.settle(self.ctx, ref, args, fut.result(), conn.id, started)
-                if out is not None:
-                    conn.push(session.acked(out))
-                    return
-        except ImError as e:
-            conn.push(session.refused(args.client_msg_id, e))
+    async def _in_turn(self, conn: Conn, session: Session, cmd: SendCmd) -> None:
+        fut = send.accept(self.ctx, conn.user_id, cmd.conv, cmd, exclude_conn=conn.id)
+        await asyncio.wait([fut])
+        self._answer(conn, session, cmd.client_msg_id, fut)
+
+    @staticmethod
+    def _answer(conn: Conn, session: Session, cmid: str, fut: asyncio.Future[AckOk]) -> None:
+        if fut.cancelled():
             return
-        except Exception:  # a bug in settle: logged and counted; the slow path answers
-            log.exception("send fast path failed")
-            metrics.WS_HANDLER_ERRORS.labels("send").inc()
-        # a store fault, or an answer that needs work first
-        self._spawn(conn, self._send_slow(conn, session, ref, args))
+        e = fut.exception()
+        if e is None:
+            conn.push(session.acked(fut.result()))
+        elif isinstance(e, ImError):
+            conn.push(session.refused(cmid, e))
+        else:  # the service answers everything with an ImError: a bug here
+            log.error("send of %s failed: %r", cmid, e)
+            conn.push(session.refused(cmid, unavailable("send failed, try again")))
 
     def _chain(self, conn: Conn, coro: Coroutine[Any, Any, None]) -> None:
         """Run a send after the socket's previous chained send has answered."""
@@ -164,74 +145,6 @@ class Gateway:
                 conn.send_chain = None
 
         task.add_done_callback(done)
-
-    async def _send_plain(
-        self, conn: Conn, session: Session, cmd: SendCmd, content_json: str
-    ) -> None:
-        args = send.new_args(
-            self.ctx, conn.user_id, cmd.conv, cmd.client_msg_id, cmd.content_type, content_json
-        )
-        await self._send_slow(conn, session, cmd.conv, args)
-
-    async def _send_with_extras(
-        self, conn: Conn, session: Session, cmd: SendCmd, content_json: str
-    ) -> None:
-        """A send that mentions, replies or carries an upload: its checks read the
-        members, the window or the upload first, so it takes the slow path (a plain send
-        never does)."""
-        try:
-            extras = await send.checked_extras(self.ctx, conn.user_id, cmd.conv, cmd)
-        except ImError as e:
-            metrics.SENDS.labels(e.code).inc()
-            conn.push(session.refused(cmd.client_msg_id, e))
-            return
-        except Exception as e:  # the task's boundary: the sender must get an ack
-            if is_store_error(e):
-                log.warning("send to %s failed, a store is unavailable: %r", cmd.conv.conv_id, e)
-            else:
-                log.exception("send to %s failed", cmd.conv.conv_id)
-                metrics.WS_HANDLER_ERRORS.labels("send").inc()
-            conn.push(session.refused(cmd.client_msg_id, unavailable("send failed, try again")))
-            return
-        if not isinstance(extras, send.Extras):
-            conn.push(session.acked(extras))  # a repeat of an accepted send
-            return
-        args = send.new_args(
-            self.ctx,
-            conn.user_id,
-            cmd.conv,
-            cmd.client_msg_id,
-            cmd.content_type,
-            extras.content_json or content_json,
-            extras,
-        )
-        await self._send_slow(conn, session, cmd.conv, args)
-
-    async def _send_slow(self, conn: Conn, session: Session, ref: ConvRef, args: SendArgs) -> None:
-        try:
-            ack = await send.do_send(
-                self.ctx,
-                conn.user_id,
-                ref,
-                args.client_msg_id,
-                args.content_type,
-                args.content_json,
-                exclude_conn=conn.id,
-                extras=send.Extras(args.mentions, args.mention_all, args.reply_to),
-            )
-        except ImError as e:
-            conn.push(session.refused(args.client_msg_id, e))
-            return
-        except Exception as e:  # the task's boundary: the sender must get an ack
-            if is_store_error(e):
-                log.warning("send to %s failed, a store is unavailable: %r", ref.conv_id, e)
-            else:
-                log.exception("send to %s failed", ref.conv_id)
-                metrics.WS_HANDLER_ERRORS.labels("send").inc()
-            # retry-safe: a repeat with the same client_msg_id never makes a second message
-            conn.push(session.refused(args.client_msg_id, unavailable("send failed, try again")))
-            return
-        conn.push(session.acked(ack))
 
     async def _edit(self, conn: Conn, session: Session, cmd: EditCmd) -> None:
         answer = await edits.do_edit(self.ctx, conn.user_id, cmd.conv, cmd.seq, cmd.content)

@@ -30,7 +30,7 @@ from im_server.protocol.client_frames import TEXT_RULE
 from im_server.protocol.ids import ConvRef
 from im_server.protocol.server_frames import Edited, edited
 from im_server.protocol.types import SERVER_CONTENT_TYPES
-from im_server.services import send, uploads
+from im_server.services import send, send_checks, uploads
 from im_server.services.recall import visible_message
 from im_server.storage import edits
 from im_server.storage.edits import Edit
@@ -47,7 +47,7 @@ async def do_edit(
     ctx: Context, user_id: int, ref: ConvRef, seq: int, content: dict[str, JsonValue]
 ) -> Edited:
     """Edit the caller's message at ``seq``; the ``edited`` answer."""
-    content_json = send.check_send(ctx, user_id, ref, content)  # size, NUL, rate
+    content_json = send_checks.check_send(ctx, user_id, ref, content)  # size, NUL, rate
     msg, m = await visible_message(ctx, user_id, ref, seq)
     if msg is None or msg["content_type"] in SERVER_CONTENT_TYPES:
         raise not_found("no such message")

@@ -1,6 +1,16 @@
-"""The send pipeline: validate, then ONE Redis script call that dedupes, checks the
-sender's rights, allocates the seq and queues the message on the durable stream; then
-the ack, then the fan-out (off the sender's path). The persister writes PostgreSQL."""
+"""The send use case, owned here from the frame (or REST body) to the ack: check
+(``send_checks.py``), then ONE Redis script call that dedupes, checks the sender's
+rights, allocates the seq and queues the message on the durable stream; then the ack,
+then the fan-out (off the sender's path). The persister writes PostgreSQL.
+
+Every edge makes the same call, :func:`accept`: the WebSocket gateway (which frames the
+answer, keeps the order of one socket's acks and writes) and REST. A plain send, the
+common one, takes the fast path: its script call is batched with the others of the
+moment and it is answered from that call's callback, without a task. Anything that
+needs work first (a mention, a reply, an upload, rights to load, a seq block, a lost
+Redis) runs as one task. Notices made by the server (edits, reactions, membership
+changes, recalls) go through :func:`do_send`, the same pipeline without the checks of a
+client's send."""
 
 from __future__ import annotations
 
@@ -8,12 +18,11 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from typing import Any
 
 import asyncpg
 import orjson
-from pydantic import JsonValue
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -22,15 +31,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from im_server import metrics
 from im_server.context import Context, DedupeChecker
 from im_server.context.batching import Coalescer
-from im_server.errors import ImError, bad_request, is_store_error, unavailable
-from im_server.protocol.attachments import ATTACHMENT_TYPES
+from im_server.errors import ImError, is_store_error, unavailable
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.ids import ConvRef
 from im_server.protocol.server_frames import AckOk, ack, message_frame
 from im_server.protocol.session import SendCmd
-from im_server.services import members, permissions, recovery, seqs, uploads
-from im_server.services.history import window
-from im_server.storage import conversations
+from im_server.services import members, permissions, recovery, send_checks, seqs
+from im_server.services.send_checks import Extras
 from im_server.storage import messages as msg_store
 from im_server.storage.redis.replies import (
     SendCheckDedupe,
@@ -48,130 +55,114 @@ log = logging.getLogger("im_server.send")
 _MAX_ATTEMPTS = 60
 
 
-def check_send(ctx: Context, sender_id: int, ref: ConvRef, content: dict[str, JsonValue]) -> str:
-    """The checks of a send (frame or REST body) that need the server, once the protocol
-    models have checked the fields: the content's size and storability, the sender's
-    place in a single chat, the rate limit. Returns the content as compact JSON."""
-    try:
-        encoded = orjson.dumps(content)
-    except (TypeError, orjson.JSONEncodeError) as e:
-        raise bad_request(f"content cannot be encoded: {e}") from e
-    if b"\\u0000" in encoded and _has_nul(content):  # jsonb cannot hold a NUL character
-        raise bad_request("content must not contain NUL characters")
-    if len(encoded) > ctx.settings.max_content_bytes:
-        raise ImError(
-            "too_large",
-            f"content is {len(encoded)} bytes, the limit is {ctx.settings.max_content_bytes}",
-        )
-    if ref.kind == "single" and not ref.has_user(sender_id):
-        raise ImError("not_member", "this single chat is not yours")
-    ctx.rate.send.check(sender_id, "messages")
-    return encoded.decode()
+_OK = metrics.SENDS.labels("ok")
+_SEND_FAILED = "the send failed, try again (a repeat with the same client_msg_id is safe)"
 
 
-def _has_nul(value: JsonValue) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any("\x00" in k or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
-@dataclass(slots=True)
-class Extras:
-    """What a send mentions and answers, once checked by :func:`check_extras`."""
-
-    mentions: list[int]
-    mention_all: bool
-    reply_to: int | None
-    # a picture or file: the content the server wrote from the upload (None: as sent)
-    content_json: str | None = None
-
-
-async def check_extras(
-    ctx: Context,
-    sender_id: int,
-    ref: ConvRef,
-    mentions: list[int],
-    mention_all: bool,
-    reply_to: int | None,
-) -> Extras:
-    """The checks of a send that mentions or replies (a plain send never comes here, so
-    its path keeps its one Redis call). Mentions are for groups: in a single chat they
-    are refused (``bad_request``); ids that are not active members now are dropped
-    (from the members cache), the rest kept once each, ascending. ``mention_all`` needs
-    the owner or an admin (``forbidden``). ``reply_to`` must be in the sender's window:
-    not below its start (a clear, a join without history) and not above its end (a
-    kick) nor above the conversation's allocated end (``bad_request``)."""
-    if ref.kind == "single" and (mentions or mention_all):
-        raise bad_request("mentions and mention_all are for group messages only")
-    if not mentions and not mention_all and reply_to is None:
-        return Extras([], False, None)
-    async with ctx.db.connect() as conn:
-        conv, me = await conversations.conv_and_member(conn, ref.conv_id, sender_id)
-    if ref.kind == "group" and (me is None or not me.active):
-        raise ImError("not_member", permissions.DENIED["not_member"])
-    if mention_all and (me is None or me.role < conversations.ROLE_ADMIN):
-        raise ImError("forbidden", "only the group's owner and admins can mention all")
-    if reply_to is not None:
-        if conv is None or me is None:
-            raise bad_request(_BAD_REPLY)
-        win = window(conv, me)
-        if reply_to < win.lo or (me.max_seq is not None and reply_to > me.max_seq):
-            raise bad_request(_BAD_REPLY)
-        if reply_to > conv.max_seq and reply_to > await seqs.current_end(ctx, ref.conv_id):
-            raise bad_request(_BAD_REPLY)
-    kept: list[int] = []
-    if mentions:
-        current = set(await members.recipients(ctx, ref))
-        kept = sorted({u for u in mentions if u in current})
-    return Extras(kept, mention_all, reply_to)
-
-
-async def earlier_ack(ctx: Context, conv_id: str, sender_id: int, cmid: str) -> AckOk | None:
-    """The first ack of a send repeated after its checks stopped passing (the sender was
-    kicked, its reply target cleared): a repeat answers what the first send got, never a
-    refusal of a message that exists. Asked only once a check refused, so a plain or
-    accepted send pays nothing. Redis first; PostgreSQL when Redis forgot the key."""
-    found = await ctx.redis.get_dedupe(conv_id, sender_id, cmid)
-    if found is None:
-        found = await ctx.dedupe_checker.submit((sender_id, cmid))
-    if found is None:
-        return None
-    _DUP.inc()
-    return ack(found.conv_id, cmid, found.seq, found.server_time, True)
-
-
-async def checked_extras(
+def accept(
     ctx: Context,
     sender_id: int,
     ref: ConvRef,
     fields: SendFields | SendCmd,
-) -> Extras | AckOk:
-    """:func:`check_extras` and, for a picture or file, the upload's check
-    (``services.uploads.check_attachment``), or the first ack when a refused send is a
-    repeat."""
-    cmid = fields.client_msg_id
+    *,
+    exclude_conn: int | None = None,
+) -> asyncio.Future[AckOk]:
+    """THE send: a future of its ack (``ok: true``; a repeat's carries ``duplicate``), or
+    of the refusal (an :class:`ImError`: ``not_friends``, ``muted``, ``rate_limited``,
+    ``unavailable``...). ``exclude_conn``: the sender's socket, which gets the ack and
+    not the message. A store fault or a bug on the way is answered ``unavailable``
+    (retry-safe: the pipeline dedupes), the bug logged with its traceback."""
+    out: asyncio.Future[AckOk] = asyncio.get_running_loop().create_future()
     try:
-        extras = await check_extras(
-            ctx, sender_id, ref, fields.mentions, fields.mention_all, fields.reply_to
+        content_json = send_checks.check_send(ctx, sender_id, ref, fields.content)
+    except ImError as e:
+        metrics.SENDS.labels(e.code).inc()
+        out.set_exception(e)
+        return out
+    if not fields.plain:
+        _into(ctx, out, _checked_send(ctx, sender_id, ref, fields, content_json, exclude_conn))
+        return out
+    args = new_args(ctx, sender_id, ref, fields.client_msg_id, fields.content_type, content_json)
+    started = time.perf_counter()
+
+    def answered(fut: asyncio.Future[SendResult]) -> None:
+        try:
+            if not fut.cancelled() and fut.exception() is None:
+                ack_ = settle(ctx, ref, args, fut.result(), exclude_conn, started)
+                if ack_ is not None:
+                    out.set_result(ack_)
+                    return
+        except ImError as e:
+            out.set_exception(e)
+            return
+        except Exception:  # a bug in settle: logged and counted; the slow path answers
+            log.exception("send fast path failed")
+            metrics.SENDS.labels("internal").inc()
+        # a store fault, or an answer that needs work first
+        _into(
+            ctx,
+            out,
+            do_send(
+                ctx,
+                sender_id,
+                ref,
+                args.client_msg_id,
+                args.content_type,
+                args.content_json,
+                exclude_conn=exclude_conn,
+            ),
         )
-        if fields.content_type in ATTACHMENT_TYPES:
-            extras.content_json = await uploads.check_attachment(
-                ctx, sender_id, fields.content_type, fields.content
-            )
-        return extras
-    except ImError:
-        first = await earlier_ack(ctx, ref.conv_id, sender_id, cmid)
-        if first is None or first["conv_id"] != ref.conv_id:
-            raise
-        return first
+
+    submit(ctx, args).add_done_callback(answered)
+    return out
 
 
-_BAD_REPLY = "reply_to must be the seq of a message you can see in this conversation"
-_OK = metrics.SENDS.labels("ok")
+async def _checked_send(
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    fields: SendFields | SendCmd,
+    content_json: str,
+    exclude_conn: int | None,
+) -> AckOk:
+    """A send that mentions, replies or carries an upload: its checks read the members,
+    the window or the upload first."""
+    extras = await send_checks.checked_extras(ctx, sender_id, ref, fields)
+    if not isinstance(extras, send_checks.Extras):
+        return extras  # a repeat of an accepted send: its first ack
+    return await do_send(
+        ctx,
+        sender_id,
+        ref,
+        fields.client_msg_id,
+        fields.content_type,
+        extras.content_json or content_json,
+        exclude_conn=exclude_conn,
+        extras=extras,
+    )
+
+
+def _into(ctx: Context, out: asyncio.Future[AckOk], work: Coroutine[Any, Any, AckOk]) -> None:
+    """Run ``work`` as a task and settle ``out`` with its answer; a failure that is not
+    a refusal becomes ``unavailable``."""
+
+    async def run() -> None:
+        try:
+            out.set_result(await work)
+        except ImError as e:
+            if e.code not in ("unavailable", *permissions.DENIED):
+                metrics.SENDS.labels(e.code).inc()
+            out.set_exception(e)
+        except Exception as e:  # the use case's boundary: the sender must get an answer
+            if is_store_error(e):
+                log.warning("a send failed, a store is unavailable: %r", e)
+            else:
+                log.exception("a send failed")
+            out.set_exception(unavailable(_SEND_FAILED))
+
+    ctx.spawn(run(), name="send")
+
+
 _DUP = metrics.SENDS.labels("duplicate")
 
 
