@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,20 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from im_server.errors import is_store_error
 from im_server.storage.redis import keys
+from im_server.storage.redis.perm_ops import PermOps
+from im_server.storage.redis.presence_ops import DEVICES_CHUNK as DEVICES_CHUNK
+from im_server.storage.redis.presence_ops import PresenceOps
+from im_server.storage.redis.registry_ops import RegistryOps
 from im_server.storage.redis.replies import (
     ScriptReplyError,
     SendDuplicate,
     SendResult,
     dedupe_value,
-    join_devices,
     parse_dedupe_value,
-    parse_flag,
     parse_int_pair,
-    parse_live_devices,
-    parse_offlines,
     parse_send,
-    parse_user_ids,
 )
+from im_server.storage.redis.stream_ops import StreamOps
 
 log = logging.getLogger("im_server.redis")
 _SCRIPTS = Path(__file__).parent / "scripts"
@@ -77,7 +76,7 @@ def _raw(response: Any, **options: Any) -> Any:
     return response
 
 
-class RedisStore:
+class RedisStore(PermOps, StreamOps, RegistryOps, PresenceOps):
     """One client (connection pool; on a Cluster, one per node) plus the scripts; tracks
     each node's run id so a restarted Redis, or a node newly serving some slots, is
     noticed before any command runs on a new connection."""
@@ -169,9 +168,10 @@ class RedisStore:
             await self.client.initialize()
         return self.client.pubsub(ignore_subscribe_messages=True)
 
-    def part(self, conv_id: str) -> int:
-        """The partition whose tag the conversation's keys carry."""
-        return keys.partition_of(conv_id, self.partitions)
+    async def node_client(self, key: str) -> aioredis.Redis:
+        """A plain client to the node serving ``key``'s slot (the single Redis otherwise):
+        sharded pub/sub listens on the shard of its channel."""
+        return await self._primary_for(key)
 
     async def close(self) -> None:
         for node in self._nodes.values():
@@ -364,338 +364,3 @@ class RedisStore:
         ``conv_id`` (where a repeat of the send to that conversation finds it)."""
         raw = await self.client.get(keys.dedupe(self.part(conv_id), sender_id, client_msg_id))
         return None if raw is None else parse_dedupe_value(raw)
-
-    # ---- boot marker / cold dedupe window -------------------------------------------------
-
-    async def boot_markers(self, write: bool = False) -> list[tuple[str | None, str]]:
-        """Per partition: (its boot marker, None where missing; the run id of the node
-        serving it), read in its node by ``boot.lua``; with ``write``, the markers are
-        set to those run ids. One call per partition, all in flight at once (script
-        calls cannot share a pipeline on a Cluster)."""
-        mode = "set" if write else "get"
-        answers = await asyncio.gather(
-            *(self._boot(keys=[keys.boot(p)], args=[mode]) for p in range(self.partitions))
-        )
-        out: list[tuple[str | None, str]] = []
-        for a in answers:
-            if not (isinstance(a, list) and len(a) == 2):
-                raise ScriptReplyError(f"boot script: a pair expected, got {a!r:.200}")
-            out.append((str(a[0]) or None, str(a[1])))
-        return out
-
-    async def set_cold_until(self, until_ms: int) -> None:
-        await self.client.set(keys.COLD_UNTIL, until_ms)
-
-    async def refresh_cold_until(self) -> int:
-        v = await self.client.get(keys.COLD_UNTIL)
-        self.cold_until = int(v) if v else 0
-        return self.cold_until
-
-    # ---- permissions cache ----------------------------------------------------------------
-
-    async def load_perm(self, conv_id: str, epoch: str, statuses: dict[int, str], ttl: int) -> bool:
-        args: list[Any] = [epoch, ttl]
-        for uid, st in statuses.items():
-            args.extend((uid, st))
-        p = self.part(conv_id)
-        r = await self._load_perm(
-            keys=[keys.perm(p, conv_id), keys.perm_epoch(p, conv_id)], args=args
-        )
-        return parse_flag(r, "load_perm")
-
-    async def perm_status(self, conv_id: str, user_id: int) -> str | None:
-        """The cached send permission: 'ok', a refusal code, 'not_member' when the cache
-        is loaded without the user, None when the cache is cold."""
-        key = keys.perm(self.part(conv_id), conv_id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hget(key, str(user_id))
-        pipe.hexists(key, "_l")
-        st, loaded = await pipe.execute()
-        if st is not None:
-            return str(st)
-        return "not_member" if loaded else None
-
-    async def perm_epoch(self, conv_id: str) -> str:
-        return str(await self.client.get(keys.perm_epoch(self.part(conv_id), conv_id)) or "0")
-
-    async def invalidate_perm(self, conv_ids: list[str]) -> None:
-        """Called after a change committed in PostgreSQL: bump the epoch, drop the hash."""
-        if not conv_ids:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for c in conv_ids:
-            p = self.part(c)
-            pipe.incr(keys.perm_epoch(p, c))
-            pipe.delete(keys.perm(p, c))
-        await pipe.execute()
-
-    # ---- stream (persister) ---------------------------------------------------------------
-
-    async def lease(self, partition: int, owner: str, ttl_ms: int, release: bool = False) -> bool:
-        """Take or renew (or release) the partition's persister lease; True when held."""
-        r = await self._lease(
-            keys=[keys.persister_lease(partition)], args=[owner, ttl_ms, "1" if release else "0"]
-        )
-        return parse_flag(r, "lease")
-
-    async def ensure_group(self, partition: int) -> None:
-        try:
-            await self.client.xgroup_create(
-                keys.stream(partition), keys.GROUP, id="0", mkstream=True
-            )
-        except aioredis.ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
-
-    async def read_group(
-        self, partitions: list[int], consumer: str, count: int, block_ms: int, pending: bool = False
-    ) -> list[tuple[str, list[tuple[str, list[str] | None]]]]:
-        """[(stream, [(entry id, [field, value, ...] or None if deleted)])]."""
-        streams: dict[Any, Any] = {keys.stream(p): ("0" if pending else ">") for p in partitions}
-        r = await self.client.xreadgroup(
-            keys.GROUP, consumer, streams, count=count, block=None if pending else block_ms
-        )
-        if isinstance(r, dict):  # redis-py 8 shapes the reply as {stream: entries}
-            return list(r.items())  # type: ignore[arg-type]
-        return list(r or [])  # type: ignore[arg-type]
-
-    async def autoclaim(
-        self, partition: int, consumer: str, min_idle_ms: int, count: int, start: str = "0-0"
-    ) -> tuple[str, list[tuple[str, Any]]]:
-        """Claim pending entries idle at least ``min_idle_ms``, from ``start``: (next start
-        id, "0-0" when done; [(id, fields or None if deleted)])."""
-        r = await self.client.xautoclaim(
-            keys.stream(partition), keys.GROUP, consumer, min_idle_ms, start_id=start, count=count
-        )
-        # Redis 6.2 answers [next, entries], Redis 7 [next, entries, deleted]
-        if not r:
-            return "0-0", []
-        return str(r[0]), [(e[0], e[1]) for e in r[1] if e]
-
-    async def ack(self, stream_key: str, ids: list[str]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xack(stream_key, keys.GROUP, *ids)
-        pipe.xdel(stream_key, *ids)
-        await pipe.execute()
-
-    async def stream_depth(self, partitions: int) -> int:
-        pipe = self.client.pipeline(transaction=False)
-        for p in range(partitions):
-            pipe.xlen(keys.stream(p))
-        return sum(int(x) for x in await pipe.execute())
-
-    # ---- attempt counters (failed logins) ---------------------------------------------------
-
-    async def take_attempts(self, limits: list[tuple[str, int]], window_s: int) -> list[bool]:
-        """Count one attempt on each ``(key, limit)`` counter in turn, atomically per
-        counter (``attempt_take.lua``), stopping at the first whose limit was already
-        reached; per counter, True when counted, False when refused or not reached.
-
-        Why in turn, not at once: the counters sit in different slots on a Cluster, so
-        no one script can take them all. Taken at once, a burst refused by its first
-        counter would still count on the second for a moment, and a rightful attempt
-        could be refused there by attempts that were never going to be checked."""
-        taken: list[bool] = []
-        for key, limit in limits:
-            ok = parse_flag(await self._take(keys=[key], args=[limit, window_s]), "attempt_take")
-            taken.append(ok)
-            if not ok:
-                break
-        return taken + [False] * (len(limits) - len(taken))
-
-    async def settle_attempts(self, give: list[str], clear: list[str]) -> None:
-        """Give an attempt back on the ``give`` counters (``attempt_give.lua``) and drop
-        the ``clear`` counters, all in flight at once (one key per command: the counters
-        sit in different slots)."""
-        await asyncio.gather(
-            *(self._give(keys=[key], args=[]) for key in give),
-            *(self.client.delete(key) for key in clear),
-        )
-
-    # ---- nodes and pub/sub ----------------------------------------------------------------
-
-    async def heartbeat(self, node: str, ttl_ms: int) -> list[str]:
-        """Register this node and return every live node (self included)."""
-        now = int(time.time() * 1000)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zadd(keys.NODES, {node: now + ttl_ms})
-        pipe.zremrangebyscore(keys.NODES, 0, now)
-        pipe.zrange(keys.NODES, 0, -1)
-        r = await pipe.execute()
-        return list(r[2])
-
-    async def leave(self, node: str) -> None:
-        await self.client.zrem(keys.NODES, node)
-
-    async def register_users(self, node: str, user_ids: Sequence[int], ttl_ms: int) -> None:
-        """List ``node`` as holding each of the users for ``ttl_ms`` (the registry that
-        routes frames to gateway inboxes), dropping entries that have expired. One
-        pipeline: on a Cluster it goes to the users' shards in parallel. Every node uses
-        the same TTL, so the key's own TTL, set by the latest write, outlives its entries."""
-        if not user_ids:
-            return
-        now = int(time.time() * 1000)
-        pipe = self.client.pipeline(transaction=False)
-        for u in user_ids:
-            key = keys.user_nodes(u)
-            pipe.zadd(key, {node: now + ttl_ms})
-            pipe.zremrangebyscore(key, 0, now)
-            pipe.pexpire(key, ttl_ms)
-        await pipe.execute()
-
-    async def unregister_user(self, node: str, user_id: int) -> None:
-        await self.client.zrem(keys.user_nodes(user_id), node)
-
-    async def nodes_of(self, user_ids: Sequence[int], origin: str) -> dict[int, list[str]]:
-        """Per user, the nodes other than ``origin`` listed as holding it now (users on no
-        other node left out). On a single Redis one script call (``nodes_of.lua``): a
-        big group's frame asks for thousands of users, and a pipeline command each
-        costs this process more than the lookups cost Redis. On a Cluster, where the
-        users' entries lie in many slots, one pipeline."""
-        if not user_ids:
-            return {}
-        now = _now_ms()
-        out: dict[int, list[str]] = {}
-        if not self.cluster:
-            users = ",".join(map(str, user_ids))
-            flat = await self._nodes_of(args=[keys.USER_NODES, now, origin, users])
-            for i in range(0, len(flat), 2):
-                out.setdefault(int(flat[i]), []).append(str(flat[i + 1]))
-            return out
-        pipe = self.client.pipeline(transaction=False)
-        for u in user_ids:
-            pipe.zrangebyscore(keys.user_nodes(u), now, "+inf")
-        for u, nodes in zip(user_ids, await pipe.execute(), strict=True):
-            others = [str(n) for n in nodes if n != origin]
-            if others:
-                out[u] = others
-        return out
-
-    async def node_client(self, key: str) -> aioredis.Redis:
-        """A plain client to the node serving ``key``'s slot (the single Redis otherwise):
-        sharded pub/sub listens on the shard of its channel."""
-        return await self._primary_for(key)
-
-    async def register_long_poll(self, user_id: int, ttl_ms: int) -> None:
-        await self.client.zadd(keys.LONG_POLLS, {str(user_id): int(time.time() * 1000) + ttl_ms})
-
-    async def long_polling(self, user_ids: list[int]) -> list[int]:
-        """Those of the users with a live long poll somewhere."""
-        now = time.time() * 1000
-        scores = await self.client.zmscore(keys.LONG_POLLS, [str(u) for u in user_ids])
-        return [u for u, s in zip(user_ids, scores, strict=True) if s is not None and s > now]
-
-    async def any_long_polls(self) -> bool:
-        return bool(await self.client.zcount(keys.LONG_POLLS, int(time.time() * 1000), "+inf"))
-
-    async def expire_long_polls(self) -> None:
-        await self.client.zremrangebyscore(keys.LONG_POLLS, 0, int(time.time() * 1000))
-
-    # ---- presence ---------------------------------------------------------------------------
-
-    async def presence_set(
-        self,
-        node: str,
-        users: Sequence[tuple[int, Collection[str]]],
-        grace_ms: int,
-        last_seen_ttl_ms: int,
-    ) -> list[int]:
-        """Record (user, its devices with a connection here; none: it has none here) for
-        this node (``presence_set.lua``); the users that went online everywhere and are to
-        be announced."""
-        if not users:
-            return []
-        args: list[str | int] = [*keys.PRESENCE_PIECES, node, _now_ms(), grace_ms]
-        args.append(last_seen_ttl_ms)
-        for user_id, devices in users:
-            args.extend((user_id, join_devices(devices)))
-        # the nodes zset is declared so that a Cluster client routes the call to the
-        # slot of the {pr} tag, which every presence key carries
-        res = await self._presence_set(keys=[keys.PRESENCE_NODES], args=args)
-        return parse_user_ids(res, "presence_set")
-
-    async def presence_beat(self, node: str, ttl_ms: int) -> bool:
-        """Keep this node's presence entries alive; True when the node was not listed or
-        had expired (first beat, or a stall longer than the TTL: a sweep may have taken
-        some of its users offline): its users must be recorded again."""
-        now = _now_ms()
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zscore(keys.PRESENCE_NODES, node)
-        pipe.zadd(keys.PRESENCE_NODES, {node: now + ttl_ms})
-        old, _ = await pipe.execute()
-        return old is None or float(old) <= now
-
-    async def presence_sweep(
-        self, last_seen_ttl_ms: int, max_users: int, node_ttl_ms: int
-    ) -> list[tuple[int, int]]:
-        """Take over dead nodes' users and pop the due offlines (``presence_sweep.lua``):
-        [(user_id, last_seen)] to announce."""
-        args: list[str | int] = [
-            *keys.PRESENCE_PIECES,
-            _now_ms(),
-            last_seen_ttl_ms,
-            max_users,
-            node_ttl_ms,
-        ]
-        return parse_offlines(await self._presence_sweep(keys=[keys.PRESENCE_NODES], args=args))
-
-    async def presence_expire(self, node: str) -> None:
-        """Mark the node dead now (stopping, or starting again under the same name): the
-        next sweep takes its users offline and then drops it."""
-        await self.client.zadd(keys.PRESENCE_NODES, {node: 0})
-
-    async def presence_listed(self, node: str) -> bool:
-        return await self.client.zscore(keys.PRESENCE_NODES, node) is not None
-
-    async def presence(
-        self, user_ids: list[int], node_ttl_ms: int
-    ) -> list[tuple[bool, int | None]]:
-        """Per user: (online on some live node, last_seen ms or None), in one round trip.
-        A user held only by dead nodes that no sweep has taken over yet is offline, last
-        seen when the latest of them was last known alive (its last beat: its expiry
-        less ``node_ttl_ms``), never "never seen"."""
-        now = _now_ms()
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(keys.PRESENCE_NODES, 0, -1, withscores=True)
-        for u in user_ids:
-            pipe.smembers(keys.presence_user(u))
-            pipe.get(keys.last_seen(u))
-        r = await pipe.execute()
-        expiry = {node: float(score) for node, score in r[0]}
-        out: list[tuple[bool, int | None]] = []
-        for i in range(len(user_ids)):
-            nodes, seen = r[1 + 2 * i], r[2 + 2 * i]
-            held = [expiry[n] for n in nodes if n in expiry]
-            if any(e > now for e in held):
-                out.append((True, None))
-            elif held:  # only dead nodes hold the user: gone when the latest last beat
-                beat = int(max(held)) - node_ttl_ms
-                out.append((False, beat if 0 < beat <= now else now))
-            else:
-                out.append((False, None if seen is None else int(seen)))
-        return out
-
-    async def connected_devices(self, user_ids: Collection[int]) -> dict[int, set[str]]:
-        """Per user asked: its device ids with at least one open WebSocket on a live node
-        (an empty set for none). One round trip per ``DEVICES_CHUNK`` users (a pipeline
-        of the live nodes and each user's devices hash)."""
-        ids = list(dict.fromkeys(user_ids))
-        out: dict[int, set[str]] = {}
-        for i in range(0, len(ids), DEVICES_CHUNK):
-            chunk = ids[i : i + DEVICES_CHUNK]
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrangebyscore(keys.PRESENCE_NODES, _now_ms() + 1, "+inf")
-            for u in chunk:
-                pipe.hgetall(keys.presence_devices(u))
-            r = await pipe.execute()
-            live = set(r[0])
-            for u, raw in zip(chunk, r[1:], strict=True):
-                out[u] = parse_live_devices(raw, live)
-        return out
-
-
-DEVICES_CHUNK = 500  # users per round trip of ``connected_devices``
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
