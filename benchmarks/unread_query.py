@@ -2,7 +2,7 @@
 
     ./scripts/bench unread_query [--runs 200] [--fresh 100] [--plan-out FILE] [--json]
 
-Times the production statement, ``im_server.storage.conversations.unread_counts(conn, U)``
+Times the production statement, ``im_server.storage.conv_store.unread_counts(conn, U)``
 (one SQL statement for all of U's conversations: read cursor, else U's last sent seq,
 else 0, clamped to U's window), through a SQLAlchemy AsyncEngine made by
 ``im_server.storage.db.create_engine``. Baseline in the same run, interleaved with it:
@@ -70,7 +70,7 @@ from benchmarks.common import (
 )
 from im_server.bench.cluster import Stores
 from im_server.config import Settings
-from im_server.storage import conversations as conv_store
+from im_server.storage import conv_states as conv_store
 from im_server.storage.db import create_engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -755,7 +755,7 @@ Result: {t["unread_conversations"]} conversations with unread messages, {t["unre
 
 ## The query
 
-`im_server.storage.conversations.unread_counts(conn, user_id)`, captured as sent by
+`im_server.storage.conv_store.unread_counts(conn, user_id)`, captured as sent by
 SQLAlchemy/asyncpg (`$1` = the user id):
 
 ```sql

@@ -9,13 +9,13 @@ from im_server.errors import ImError
 from im_server.protocol.ids import ConvRef
 from im_server.services import notify, seqs
 from im_server.services.history import load_member
-from im_server.storage import conversations, reactions
+from im_server.storage import conv_states, conversations, reactions
 from im_server.storage.db import next_version_txn
 
 
 async def list_states(ctx: Context, user_id: int) -> list[dict[str, Any]]:
     async with ctx.db.connect() as conn:
-        states = await conversations.states(conn, user_id)
+        states = await conv_states.states(conn, user_id)
         await reactions.attach(
             conn, user_id, [s["last_message"] for s in states if s["last_message"]]
         )
@@ -24,7 +24,7 @@ async def list_states(ctx: Context, user_id: int) -> list[dict[str, Any]]:
 
 async def unread(ctx: Context, user_id: int) -> dict[str, Any]:
     async with ctx.db.connect() as conn:
-        counts = await conversations.unread(conn, user_id)
+        counts = await conv_states.unread(conn, user_id)
     return {
         "total": sum(n for _, n, _ in counts.rows),
         "badge": counts.badge,

@@ -28,7 +28,7 @@ from im_server.protocol.ids import single_conv_id
 from im_server.services import groups, notify, permissions
 from im_server.services.accounts import confirm_password, revoked
 from im_server.storage import accounts as store
-from im_server.storage import contacts, conversations
+from im_server.storage import contacts, memberships
 from im_server.storage.db import now_ms
 
 log = logging.getLogger("im_server.deletion")
@@ -66,7 +66,7 @@ async def finish(ctx: Context, user_id: int) -> None:
         await permissions.permissions_changed(ctx, [single_conv_id(user_id, p) for p in friends])
     await notify.changed(ctx, [*friends, *asked])
     async with ctx.db.connect() as conn:
-        group_ids = await conversations.active_groups_of(conn, user_id)
+        group_ids = await memberships.active_groups_of(conn, user_id)
     for group_id in group_ids:
         try:
             await groups.do_leave(ctx, user_id, group_id)

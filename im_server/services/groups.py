@@ -13,7 +13,7 @@ from im_server.names import check_display_name
 from im_server.protocol.ids import group_conv_id, parse_conv_id
 from im_server.services import notify, outbox, permissions, seqs
 from im_server.services.contacts import check_user_id
-from im_server.storage import accounts, contacts, conversations, groups
+from im_server.storage import accounts, contacts, conversations, groups, memberships
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
 from im_server.storage.db import next_version_txn, now_ms
 
@@ -59,10 +59,10 @@ async def _create_group(ctx: Context, owner: int, name: str, ids: list[int]) -> 
         group_id = await groups.create_group(conn, name, owner)
         conv_id = group_conv_id(group_id)
         await conversations.ensure_conversation(conn, conv_id, conversations.GROUP, group_id)
-        await conversations.upsert_members(conn, conv_id, [owner], ROLE_OWNER, 1, None, 0)
+        await memberships.upsert_members(conn, conv_id, [owner], ROLE_OWNER, 1, None, 0)
         if ids:
-            await conversations.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, 0)
-        await conversations.stamp(conn, conv_id, await next_version_txn(conn))
+            await memberships.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, 0)
+        await memberships.stamp(conn, conv_id, await next_version_txn(conn))
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [owner, *ids])
     return {"group_id": group_id, "conv_id": conv_id}
@@ -71,14 +71,14 @@ async def _create_group(ctx: Context, owner: int, name: str, ids: list[int]) -> 
 async def list_members(ctx: Context, me: int, group_id: int) -> list[dict[str, Any]]:
     conv_id = group_conv_id(group_id)
     async with ctx.db.connect() as conn:
-        mine = await conversations.member(conn, conv_id, me)
+        mine = await memberships.member(conn, conv_id, me)
         if mine is None or not mine.active:
             if not await groups.group_exists(conn, group_id):
                 raise not_found("no such group")
             raise ImError("not_member", "you are not a member of this group")
-        rows = await conversations.members(conn, conv_id)
+        rows = await memberships.members(conn, conv_id)
         names = await accounts.usernames(conn, [m.user_id for m in rows])
-        mutes = dict(await conversations.active_member_mutes(conn, conv_id))
+        mutes = dict(await memberships.active_member_mutes(conn, conv_id))
     now = now_ms()
     return [
         {
@@ -94,7 +94,7 @@ async def list_members(ctx: Context, me: int, group_id: int) -> list[dict[str, A
 async def _require_admin(
     conn: Any, conv_id: str, actor: int, group_id: int
 ) -> conversations.MemberRow:
-    me = await conversations.member(conn, conv_id, actor)
+    me = await memberships.member(conn, conv_id, actor)
     if me is None or not me.active:
         if not await groups.group_exists(conn, group_id):
             raise not_found("no such group")
@@ -112,7 +112,7 @@ async def _moderated(
     me = await _require_admin(conn, conv_id, actor, group_id)
     if target == actor:
         raise bad_request(on_self)
-    row = await conversations.member(conn, conv_id, target)
+    row = await memberships.member(conn, conv_id, target)
     if row is None or not row.active:
         raise not_found("that user is not a member")
     if row.role >= me.role:
@@ -159,7 +159,7 @@ async def _add_members(
     ref = parse_conv_id(group_conv_id(group_id))
     async with ctx.db.connect() as conn:
         await _require_admin(conn, ref.conv_id, actor, group_id)
-        todo = await conversations.not_active_among(conn, ref.conv_id, ids)
+        todo = await memberships.not_active_among(conn, ref.conv_id, ids)
         if todo:
             await _check_addable(conn, actor, todo)
     if not todo:
@@ -169,7 +169,7 @@ async def _add_members(
         # the bulk of the writes first, before the sync-version lock that every writer of
         # the server waits for: new rows are invisible until the commit, and their state
         # takes its version from the conversation's row, stamped under the lock
-        added = await conversations.insert_new_members(
+        added = await memberships.insert_new_members(
             conn, ref.conv_id, todo, 1 if with_history else end + 1
         )
         version = await next_version_txn(conn)
@@ -178,14 +178,14 @@ async def _add_members(
         new = set(added)
         former = [u for u in todo if u not in new]
         rejoined = (
-            await conversations.rejoin_members(conn, ref.conv_id, former, end, version)
+            await memberships.rejoin_members(conn, ref.conv_id, former, end, version)
             if former
             else []
         )
         changed = sorted(added + rejoined)
         notice = None
         if changed:
-            await conversations.stamp(conn, ref.conv_id, version)
+            await memberships.stamp(conn, ref.conv_id, version)
             notice = await outbox.emit(
                 conn,
                 actor,
@@ -215,14 +215,14 @@ async def _close(ctx: Context, actor: int, group_id: int, target: int, event: st
                 conn, ref.conv_id, actor, group_id, target, "use /leave to leave a group", "remove"
             )
         else:
-            me_row = await conversations.member(conn, ref.conv_id, actor)
+            me_row = await memberships.member(conn, ref.conv_id, actor)
             if me_row is None or not me_row.active:
                 if not await groups.group_exists(conn, group_id):
                     raise not_found("no such group")
                 raise ImError("not_member", "you are not a member of this group")
             if me_row.role == ROLE_OWNER:
                 await _hand_over(conn, ref.conv_id, actor, version)
-        await conversations.close_window(conn, ref.conv_id, target, end, version)
+        await memberships.close_window(conn, ref.conv_id, target, end, version)
         notice = await outbox.emit(
             conn,
             actor,
@@ -237,10 +237,10 @@ async def _close(ctx: Context, actor: int, group_id: int, target: int, event: st
 
 async def _hand_over(conn: Any, conv_id: str, owner: int, version: int) -> None:
     """The owner leaves: the senior admin (else the senior member) becomes owner."""
-    rest = [m for m in await conversations.members(conn, conv_id) if m.user_id != owner]
+    rest = [m for m in await memberships.members(conn, conv_id) if m.user_id != owner]
     if rest:
         heir = max(rest, key=lambda m: (m.role, -m.user_id))
-        await conversations.set_role(conn, conv_id, heir.user_id, ROLE_OWNER, version)
+        await memberships.set_role(conn, conv_id, heir.user_id, ROLE_OWNER, version)
 
 
 async def do_kick(ctx: Context, actor: int, group_id: int, user_id: int) -> None:
@@ -264,7 +264,7 @@ async def do_mute(ctx: Context, actor: int, group_id: int, user_id: int, until: 
         await _moderated(
             conn, ref.conv_id, actor, group_id, user_id, "you cannot mute yourself", "mute"
         )
-        await conversations.set_muted_until(
+        await memberships.set_muted_until(
             conn, ref.conv_id, user_id, None if lifted else until, version
         )
         event: dict[str, Any] = {"actor": actor, "user_ids": [user_id]}
@@ -288,10 +288,10 @@ async def do_set_role(
         me = await _require_admin(conn, ref.conv_id, actor, group_id)
         if me.role != ROLE_OWNER:
             raise ImError("forbidden", "only the owner can change roles")
-        target = await conversations.member(conn, ref.conv_id, user_id)
+        target = await memberships.member(conn, ref.conv_id, user_id)
         if target is None or not target.active or user_id == actor:
             raise not_found("that user is not a member")
-        await conversations.set_role(
+        await memberships.set_role(
             conn, ref.conv_id, user_id, ROLE_ADMIN if role == "admin" else ROLE_MEMBER, version
         )
     return {"user_id": user_id, "role": role}

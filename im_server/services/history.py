@@ -12,7 +12,7 @@ from im_server.context import Context
 from im_server.errors import ImError, not_found
 from im_server.protocol.ids import ConvRef
 from im_server.protocol.types import MAX_INT64
-from im_server.storage import conversations, messages, reactions
+from im_server.storage import conversations, memberships, messages, reactions
 from im_server.storage.conversations import ConvRow, MemberRow
 
 INF = MAX_INT64  # an open window end
@@ -48,7 +48,7 @@ def plan(
 
 async def load_member(conn: Any, ref: ConvRef, user_id: int) -> tuple[ConvRow, MemberRow]:
     conv = await conversations.conv_row(conn, ref.conv_id)
-    m = await conversations.member(conn, ref.conv_id, user_id) if conv else None
+    m = await memberships.member(conn, ref.conv_id, user_id) if conv else None
     if conv is None or m is None:
         if ref.kind == "single" and ref.has_user(user_id):
             raise not_found("no such conversation (you are not friends yet)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from im_server.context import Context
 from im_server.protocol.ids import ConvRef
-from im_server.storage import conversations
+from im_server.storage import memberships
 
 
 def cached_recipients(ctx: Context, ref: ConvRef) -> list[int] | tuple[int, ...] | None:
@@ -21,6 +21,6 @@ async def recipients(ctx: Context, ref: ConvRef) -> list[int] | tuple[int, ...]:
     if hit is not None:
         return hit
     async with ctx.db.connect() as conn:
-        ids = await conversations.active_member_ids(conn, ref.conv_id)
+        ids = await memberships.active_member_ids(conn, ref.conv_id)
     ctx.members_cache.put(ref.conv_id, ids)
     return ids

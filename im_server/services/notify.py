@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterable
 
 from im_server.context import Context
-from im_server.storage import conversations
+from im_server.storage import memberships
 from im_server.storage.redis import pubsub
 
 log = logging.getLogger("im_server.notify")
@@ -43,7 +43,7 @@ async def conversations_changed(ctx: Context, conv_ids: list[str]) -> None:
         return
     try:
         async with ctx.db.connect() as conn:
-            users = await conversations.active_members_of(conn, conv_ids)
+            users = await memberships.active_members_of(conn, conv_ids)
     except Exception as e:  # noqa: BLE001
         log.debug("sync wake lookup failed: %r", e)
         return

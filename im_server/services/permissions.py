@@ -14,7 +14,7 @@ from im_server import metrics
 from im_server.context import Context
 from im_server.errors import ImError, unavailable
 from im_server.protocol.ids import ConvRef
-from im_server.storage import contacts, conversations
+from im_server.storage import contacts, memberships
 from im_server.storage.db import now_ms
 from im_server.storage.redis.replies import RefusalCode
 
@@ -36,7 +36,7 @@ async def send_statuses(ctx: Context, ref: ConvRef) -> dict[int, str]:
         now = now_ms()
         return {
             uid: "ok" if until is None or until <= now else f"muted:{until}"
-            for uid, until in await conversations.active_member_mutes(conn, ref.conv_id)
+            for uid, until in await memberships.active_member_mutes(conn, ref.conv_id)
         }
 
 

@@ -34,7 +34,7 @@ from im_server.protocol.push_gateway import (
 )
 from im_server.services import presence
 from im_server.services.accounts import idle_cutoff
-from im_server.storage import conversations
+from im_server.storage import conv_states
 from im_server.storage import push as store
 from im_server.storage.push import Later, PushMessage, Recipient, Registration
 
@@ -162,7 +162,7 @@ async def message_work(ctx: Context, keys: Sequence[MessageKey]) -> list[Outgoin
     async with ctx.db.connect() as conn:
         msgs = await store.messages_to_push(conn, keys)
         recips = await store.recipients(
-            conn, [(m.conv_id, m.seq) for m in msgs], conversations.CURSOR
+            conn, [(m.conv_id, m.seq) for m in msgs], conv_states.CURSOR
         )
         users = sorted({r.user_id for r in recips})
         regs = await store.registrations_of(conn, users, idle_cutoff(ctx.settings, _now_ms()))
@@ -180,8 +180,8 @@ async def message_work(ctx: Context, keys: Sequence[MessageKey]) -> list[Outgoin
     async with ctx.db.connect() as raw:
         conn = await raw.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
-            badges = await conversations.badges(conn, wanted)
-            later = await store.later_messages(conn, firsts, conversations.NOT_COUNTED, TAIL_MAX)
+            badges = await conv_states.badges(conn, wanted)
+            later = await store.later_messages(conn, firsts, conv_states.NOT_COUNTED, TAIL_MAX)
     by_conv: dict[str, list[Later]] = {}
     for t in later:
         by_conv.setdefault(t.conv_id, []).append(t)
@@ -197,7 +197,7 @@ async def badge_work(ctx: Context, user_ids: Sequence[int]) -> list[Outgoing]:
     connected = await presence.connected_devices(ctx, sorted(regs))
     wanted = [u for u in sorted(regs) if _devices(regs[u], connected.get(u, ()))]
     async with ctx.db.connect() as conn:
-        badges = await conversations.badges(conn, wanted)
+        badges = await conv_states.badges(conn, wanted)
     return plan_badges(wanted, regs, connected, badges)
 
 

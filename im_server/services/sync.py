@@ -11,7 +11,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError
-from im_server.storage import conversations, reactions, sync
+from im_server.storage import conv_states, reactions, sync
 
 WAIT_CAP_S = 30.0
 
@@ -45,7 +45,7 @@ async def _page(ctx: Context, user_id: int, since: int, limit: int, recent: int)
         ids = [c for c, _ in page]
         states = {
             s["conv_id"]: s
-            for s in await conversations.states(conn, user_id, conv_ids=ids, include_hidden=True)
+            for s in await conv_states.states(conn, user_id, conv_ids=ids, include_hidden=True)
         }
         windows = [(c, states[c]["min_seq"], states[c]["max_seq"]) for c in ids if c in states]
         msgs = await sync.recent_messages(conn, windows, recent)

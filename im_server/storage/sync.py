@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from im_server.storage.conversations import MESSAGE_COLUMNS, PEER_JOIN, STATE_VERSION, message_dict
+from im_server.storage.conv_states import PEER_JOIN, STATE_VERSION
+from im_server.storage.conversations import MESSAGE_COLUMNS, message_dict
 
 
 async def changed_since(

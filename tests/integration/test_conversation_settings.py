@@ -14,7 +14,7 @@ from sqlalchemy import event
 
 from im_server.client import ApiError, Client
 from im_server.config import Settings
-from im_server.storage import conversations as conv_store
+from im_server.storage import conv_states
 from im_server.storage.db import create_engine
 from tests import rawhttp
 from tests.support import PASSWORD, Make, ServerProcess, Stores, befriend, pg_dsn
@@ -359,15 +359,15 @@ async def test_counts_and_badge_come_from_one_statement(make: Make, stores: Stor
         async with engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")  # the connection's own set-up
             sent.clear()
-            got = await conv_store.unread(conn, m0.user_id)
+            got = await conv_states.unread(conn, m0.user_id)
             assert len(sent) == 1, sent
             assert sorted(got.rows) == sorted([(group, 3, 2), (single, 1, 0)]), got
             assert got.badge == 2 + 1
             sent.clear()
-            empty = await conv_store.unread(conn, owner.user_id or 0)
+            empty = await conv_states.unread(conn, owner.user_id or 0)
             assert len(sent) == 1 and empty.rows == [] and empty.badge == 0
             sent.clear()
-            states = await conv_store.states(conn, m0.user_id or 0, conv_ids=[group])
+            states = await conv_states.states(conn, m0.user_id or 0, conv_ids=[group])
             assert len(sent) == 1, sent
             assert _flags(states[0]) == (True, False)
     finally:

@@ -14,7 +14,7 @@ from sqlalchemy import event
 
 from im_server.client import ApiError, Client
 from im_server.config import Settings
-from im_server.storage import conversations as conv_store
+from im_server.storage import conv_states
 from im_server.storage.db import create_engine
 from tests.support import Make, Stores, befriend, pg_dsn
 from tests.support import persisted as _persisted
@@ -225,11 +225,11 @@ async def test_unread_and_mention_unread_come_from_one_statement(
         async with engine.connect() as conn:
             await conn.exec_driver_sql("SELECT 1")  # the connection's own set-up
             sent.clear()
-            counts = await conv_store.unread_counts(conn, m0.user_id)
+            counts = await conv_states.unread_counts(conn, m0.user_id)
             assert len(sent) == 1, sent
             assert (conv, 3, 2) in counts, counts
             sent.clear()
-            states = await conv_store.states(conn, m0.user_id, conv_ids=[conv])
+            states = await conv_states.states(conn, m0.user_id, conv_ids=[conv])
             assert len(sent) == 1, sent
             assert (states[0]["unread"], states[0]["mention_unread"]) == (3, 2)
     finally:

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from im_server.runtime.embedded import start_postgres
 from im_server.runtime.postgres import EmbeddedPostgres
-from im_server.storage import conversations as conv_store
+from im_server.storage import conv_states
 from im_server.storage import messages as msg_store
 from im_server.storage import sync as sync_store
 from im_server.storage.db import ROOT
@@ -457,7 +457,7 @@ async def test_a_conversations_reads_scan_one_partition(
         assert on_messages(scans) == {home}, scans
         assert {i for _t, _r, i in scans} - {""} == {f"{home}_pkey"}, scans
 
-        counts = await conv_store.unread_counts(conn, u)
+        counts = await conv_states.unread_counts(conn, u)
         assert counts == [(conv, 15, 3)], counts
         scans = await explained(conn, cap)
         assert on_messages(scans) == {home}, scans

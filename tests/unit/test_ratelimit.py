@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from im_server.context import limits as ratelimit
 from im_server.context.limits import Buckets
 from im_server.errors import ImError
-from im_server.context import limits as ratelimit
 
 
 class Clock:
