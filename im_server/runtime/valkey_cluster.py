@@ -35,16 +35,28 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from im_server.runtime.cluster_admin import (
+    CLUSTER_FILE,
+    DEFAULT_NODE_TIMEOUT_MS,
+    NODES_CONF,
+    SLOTS,
+    NodeInfo,
+    Peer,
+    admin_client,
+    cmd,
+    even_ranges,
+    known,
+    parse_nodes,
+    move_slot,
+    wait_for,
+)
 from im_server.runtime.ownership import (
     StoreUser,
     make_private_dir,
@@ -77,13 +89,6 @@ from im_server.runtime.redis_server import (
 
 log = logging.getLogger("im_server.runtime")
 
-SLOTS = 16384
-CLUSTER_FILE = "im-server.cluster"
-NODES_CONF = "nodes.conf"
-DEFAULT_NODE_TIMEOUT_MS = 1500
-MIGRATE_BATCH = 100
-MIGRATE_TIMEOUT_MS = 5000
-
 
 class ClusterNode(EmbeddedRedis):
     """One node of the cluster: a Valkey in its own folder, with its cluster bus port."""
@@ -110,105 +115,6 @@ class ClusterNode(EmbeddedRedis):
 
     def __repr__(self) -> str:
         return f"ClusterNode({self.name!r}, port={self.port}, bus_port={self.bus_port})"
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What a node says about itself: ``role`` is ``primary``, ``replica`` or ``down``
-    (not running, or not answering)."""
-
-    name: str
-    port: int
-    pid: int | None
-    role: str
-    node_id: str | None
-    slots: int  # how many slots it serves (primaries)
-
-
-@dataclass(frozen=True)
-class _Peer:
-    """A line of CLUSTER NODES."""
-
-    node_id: str
-    port: int
-    flags: frozenset[str]
-    primary_id: str | None
-    slots: frozenset[int]
-    connected: bool
-
-
-def _known(peer: _Peer | None) -> bool:
-    return peer is not None and not peer.flags & {"handshake", "noaddr"}
-
-
-def _parse_nodes(text: str) -> dict[str, _Peer]:
-    peers: dict[str, _Peer] = {}
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) < 8:
-            continue
-        address = words[1].split("@")[0].split(",")[0]
-        port = int(address.rsplit(":", 1)[1] or 0)
-        slots: set[int] = set()
-        for spec in words[8:]:
-            if spec.startswith("["):  # a slot being imported/migrated
-                continue
-            lo, _, hi = spec.partition("-")
-            slots.update(range(int(lo), int(hi or lo) + 1))
-        peers[words[0]] = _Peer(
-            node_id=words[0],
-            port=port,
-            flags=frozenset(words[2].split(",")),
-            primary_id=None if words[3] == "-" else words[3],
-            slots=frozenset(slots),
-            connected=words[7] == "connected",
-        )
-    return peers
-
-
-@contextmanager
-def _admin(port: int, password: str, timeout: float = 10.0) -> Iterator[redis.Redis]:
-    """A plain connection to one node, without redis-py's retries (they would hide for
-    seconds that a node is gone)."""
-    client = redis.Redis(
-        host=HOST,
-        port=port,
-        password=password,
-        decode_responses=True,
-        socket_timeout=timeout,
-        socket_connect_timeout=2,
-        retry=Retry(NoBackoff(), 0),
-    )
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def _cmd(client: redis.Redis, *args: str | int) -> Any:
-    """One command on a node (redis-py's ``execute_command`` is untyped)."""
-    return client.execute_command(*args)  # type: ignore[no-untyped-call]
-
-
-def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-            pass
-        except redis.exceptions.BusyLoadingError:
-            pass
-        if time.monotonic() >= deadline:
-            raise EmbeddedRuntimeError(f"valkey cluster: {what} after {timeout}s")
-        time.sleep(0.05)
-
-
-def _even_ranges(primaries: int) -> list[tuple[int, int]]:
-    """The 16384 slots cut into ``primaries`` contiguous ranges of near-equal size."""
-    bounds = [SLOTS * i // primaries for i in range(primaries + 1)]
-    return [(bounds[i], bounds[i + 1] - 1) for i in range(primaries)]
 
 
 @dataclass
@@ -253,9 +159,9 @@ class EmbeddedCluster:
     def display_url(self) -> str:
         return redis_url(HIDDEN, self._first_live().port)
 
-    def _nodes_view(self, port: int) -> dict[str, _Peer]:
-        with _admin(port, self.password) as c:
-            return _parse_nodes(str(_cmd(c, "CLUSTER", "NODES")))
+    def _nodes_view(self, port: int) -> dict[str, Peer]:
+        with admin_client(port, self.password) as c:
+            return parse_nodes(str(cmd(c, "CLUSTER", "NODES")))
 
     def info(self) -> list[NodeInfo]:
         """Every node with its pid and its role as the node itself reports it."""
@@ -293,8 +199,8 @@ class EmbeddedCluster:
     # ------------------------------------------------------------------ waiting
 
     def _state_ok(self, port: int) -> bool:
-        with _admin(port, self.password) as c:
-            info = str(_cmd(c, "CLUSTER", "INFO"))
+        with admin_client(port, self.password) as c:
+            info = str(cmd(c, "CLUSTER", "INFO"))
         return "cluster_state:ok" in info
 
     def _agreed(self) -> bool:
@@ -304,7 +210,7 @@ class EmbeddedCluster:
         map, replicas included."""
         live = self.live_nodes()
         views = {n.port: self._nodes_view(n.port) for n in live}
-        selves: dict[int, _Peer] = {}
+        selves: dict[int, Peer] = {}
         for port, view in views.items():
             me = next((p for p in view.values() if "myself" in p.flags), None)
             if me is None:
@@ -329,7 +235,7 @@ class EmbeddedCluster:
             if not self._all_online(n.port, {me.node_id for me in selves.values()}):
                 return False
             if "slave" in selves[n.port].flags:
-                with _admin(n.port, self.password) as c:
+                with admin_client(n.port, self.password) as c:
                     repl = c.info("replication")
                 if repl.get("master_link_status") != "up":
                     return False
@@ -339,8 +245,8 @@ class EmbeddedCluster:
         """The node on ``port`` reports every one of ``node_ids`` ``online`` in CLUSTER
         SHARDS. A replica is ``loading`` there (and left out of CLUSTER SLOTS, so out of
         clients' maps) until the node has heard, by gossip, of its replication offset."""
-        with _admin(port, self.password) as c:
-            shards = _cmd(c, "CLUSTER", "SHARDS")
+        with admin_client(port, self.password) as c:
+            shards = cmd(c, "CLUSTER", "SHARDS")
         health = {
             str(node["id"]): str(node["health"]) for shard in shards for node in shard["nodes"]
         }
@@ -348,7 +254,7 @@ class EmbeddedCluster:
 
     def wait_ok(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every live node agrees the cluster is whole (see ``_agreed``)."""
-        _wait("the nodes do not agree on a healthy cluster", self._agreed, timeout)
+        wait_for("the nodes do not agree on a healthy cluster", self._agreed, timeout)
 
     # ------------------------------------------------------------------ stopping
 
@@ -389,8 +295,8 @@ class EmbeddedCluster:
         _save_manifest(self, assembled=True)
         n.process = _launch_node(self, n, [])
         peer = next(p for p in self.live_nodes() if p is not n)
-        with _admin(n.port, self.password) as c:
-            _cmd(c, "CLUSTER", "MEET", HOST, peer.port, peer.bus_port)
+        with admin_client(n.port, self.password) as c:
+            cmd(c, "CLUSTER", "MEET", HOST, peer.port, peer.bus_port)
         self.wait_ok(timeout)
         log.info("valkey cluster: primary %s added on port %d", n.name, n.port)
         return n
@@ -404,25 +310,25 @@ class EmbeddedCluster:
         self.nodes.append(n)
         _save_manifest(self, assembled=True)
         n.process = _launch_node(self, n, [])
-        with _admin(head.port, self.password) as c:
-            head_id = str(_cmd(c, "CLUSTER", "MYID"))
-        with _admin(n.port, self.password) as c:
-            _cmd(c, "CLUSTER", "MEET", HOST, head.port, head.bus_port)
-        _wait(
+        with admin_client(head.port, self.password) as c:
+            head_id = str(cmd(c, "CLUSTER", "MYID"))
+        with admin_client(n.port, self.password) as c:
+            cmd(c, "CLUSTER", "MEET", HOST, head.port, head.bus_port)
+        wait_for(
             f"{n.name} did not learn of {head.name}",
-            lambda: _known(self._nodes_view(n.port).get(head_id)),
+            lambda: known(self._nodes_view(n.port).get(head_id)),
             timeout,
         )
-        with _admin(n.port, self.password) as c:
-            _cmd(c, "CLUSTER", "REPLICATE", head_id)
+        with admin_client(n.port, self.password) as c:
+            cmd(c, "CLUSTER", "REPLICATE", head_id)
         self.wait_ok(timeout)
         log.info("valkey cluster: replica %s of %s on port %d", n.name, head.name, n.port)
         return n
 
     def keys_in_slot(self, slot: int) -> int:
         """How many keys the primary serving ``slot`` holds in it."""
-        with _admin(self.slot_owner(slot), self.password) as c:
-            return int(_cmd(c, "CLUSTER", "COUNTKEYSINSLOT", slot))
+        with admin_client(self.slot_owner(slot), self.password) as c:
+            return int(cmd(c, "CLUSTER", "COUNTKEYSINSLOT", slot))
 
     def migrate_slots(
         self,
@@ -455,53 +361,7 @@ class EmbeddedCluster:
                 raise EmbeddedRuntimeError(f"valkey cluster: no primary serves slot {slot}")
             if source.node_id == me.node_id:
                 continue
-            moved += self._migrate_slot(slot, source, me, view, progress)
-        return moved
-
-    def _migrate_slot(
-        self,
-        slot: int,
-        source: _Peer,
-        target: _Peer,
-        view: dict[str, _Peer],
-        progress: Callable[[int, int], None] | None,
-    ) -> int:
-        pw = self.password
-        with _admin(target.port, pw) as dst, _admin(source.port, pw) as src:
-            _cmd(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
-            _cmd(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
-            moved = 0
-            while True:
-                keys = _cmd(src, "CLUSTER", "GETKEYSINSLOT", slot, MIGRATE_BATCH)
-                if not keys:
-                    break
-                _cmd(
-                    src,
-                    "MIGRATE",
-                    HOST,
-                    target.port,
-                    "",
-                    0,
-                    MIGRATE_TIMEOUT_MS,
-                    "AUTH2",
-                    "default",
-                    pw,
-                    "KEYS",
-                    *keys,
-                )
-                moved += len(keys)
-                if progress is not None:
-                    progress(slot, moved)
-            # The target first: from here it serves the slot even if the source's update
-            # were lost; then the source (its MIGRATING state ends); then everybody else.
-            _cmd(dst, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-            _cmd(src, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-        for p in view.values():
-            if "master" in p.flags and p.node_id not in (source.node_id, target.node_id):
-                if p.flags & {"fail", "fail?"} or not (p.connected or "myself" in p.flags):
-                    continue
-                with _admin(p.port, pw) as other:
-                    _cmd(other, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+            moved += move_slot(self.password, slot, source, me, view, progress)
         return moved
 
 
@@ -584,21 +444,19 @@ def _assemble(cluster: EmbeddedCluster, primaries: int, replicas_per_primary: in
     pw = cluster.password
     heads = cluster.nodes[:primaries]
     ids: dict[int, str] = {}
-    for epoch, (n, (lo, hi)) in enumerate(
-        zip(heads, _even_ranges(primaries), strict=True), start=1
-    ):
-        with _admin(n.port, pw) as c:
+    for epoch, (n, (lo, hi)) in enumerate(zip(heads, even_ranges(primaries), strict=True), start=1):
+        with admin_client(n.port, pw) as c:
             # Distinct epochs from the start, so no two primaries claim slots with the
             # same epoch while they meet.
-            _cmd(c, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
-            _cmd(c, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            cmd(c, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+            cmd(c, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
     for n in cluster.nodes:
-        with _admin(n.port, pw) as c:
-            ids[n.port] = str(_cmd(c, "CLUSTER", "MYID"))
+        with admin_client(n.port, pw) as c:
+            ids[n.port] = str(cmd(c, "CLUSTER", "MYID"))
     first = cluster.nodes[0]
-    with _admin(first.port, pw) as c:
+    with admin_client(first.port, pw) as c:
         for n in cluster.nodes[1:]:
-            _cmd(c, "CLUSTER", "MEET", HOST, n.port, n.bus_port)
+            cmd(c, "CLUSTER", "MEET", HOST, n.port, n.bus_port)
 
     def all_met() -> bool:
         for n in cluster.nodes:
@@ -608,11 +466,11 @@ def _assemble(cluster: EmbeddedCluster, primaries: int, replicas_per_primary: in
                 return False
         return True
 
-    _wait("the nodes did not all meet", all_met, START_TIMEOUT)
+    wait_for("the nodes did not all meet", all_met, START_TIMEOUT)
     for i, n in enumerate(cluster.nodes[primaries:]):
         head = heads[i // replicas_per_primary]
-        with _admin(n.port, pw) as c:
-            _cmd(c, "CLUSTER", "REPLICATE", ids[head.port])
+        with admin_client(n.port, pw) as c:
+            cmd(c, "CLUSTER", "REPLICATE", ids[head.port])
     cluster.wait_ok()
 
 
@@ -703,10 +561,3 @@ def _reset_node_dir(node_dir: Path) -> None:
     """Forget a node's cluster state and data (only for an assembly that never finished)."""
     if node_dir.is_dir() and not node_dir.is_symlink():
         shutil.rmtree(node_dir)
-
-
-def slot_of(key: str | bytes) -> int:
-    """The cluster slot of ``key`` (CRC16 of its hash tag, or of the whole key)."""
-    from redis.crc import key_slot
-
-    return int(key_slot(key.encode() if isinstance(key, str) else key))

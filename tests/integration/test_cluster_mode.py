@@ -19,8 +19,9 @@ from redis.cluster import RedisCluster
 
 from im_server.bench.chaos.processes import PersisterProcess
 from im_server.client import ApiError, Client, Connection, Device
+from im_server.runtime.cluster_admin import slot_of
 from im_server.runtime.embedded import EmbeddedRuntimeError
-from im_server.runtime.valkey_cluster import EmbeddedCluster, slot_of, start_cluster
+from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
 from im_server.storage.redis import keys
 from tests.support import (
     PASSWORD,

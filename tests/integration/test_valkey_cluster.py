@@ -25,15 +25,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from im_server.runtime.cluster_admin import CLUSTER_FILE, SLOTS, slot_of
 from im_server.runtime.embedded import STORE_SYSTEM_USER, EmbeddedRuntimeError
 from im_server.runtime.passwords import PASSWORD_FILE, read_password
-from im_server.runtime.valkey_cluster import (
-    CLUSTER_FILE,
-    SLOTS,
-    EmbeddedCluster,
-    slot_of,
-    start_cluster,
-)
+from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
 from tests.support import raw_redis
 
 NODE_TIMEOUT_MS = 1500
