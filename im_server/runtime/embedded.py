@@ -57,7 +57,8 @@ from __future__ import annotations
 
 from im_server.runtime.ownership import STORE_SYSTEM_USER, prepare_data_dir, store_user
 from im_server.runtime.passwords import PASSWORD_FILE, read_password
-from im_server.runtime.postgres import PG_SUPERUSER, EmbeddedPostgres, start_postgres
+from im_server.runtime.pg_init import PG_SUPERUSER
+from im_server.runtime.postgres import EmbeddedPostgres, start_postgres
 from im_server.runtime.processes import (
     HOST,
     START_TIMEOUT,

@@ -53,8 +53,8 @@ from im_server.runtime.cluster_admin import (
     cmd,
     even_ranges,
     known,
-    parse_nodes,
     move_slot,
+    parse_nodes,
     wait_for,
 )
 from im_server.runtime.ownership import (

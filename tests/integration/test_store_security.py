@@ -36,7 +36,8 @@ from im_server.runtime.embedded import (
     store_user,
 )
 from im_server.runtime.ownership import open_prefix, pg_install
-from im_server.runtime.postgres import AUTH_MARKER, _pg_socket_dir
+from im_server.runtime.pg_init import AUTH_MARKER
+from im_server.runtime.postgres import _pg_socket_dir
 from im_server.runtime.processes import run
 from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
 from tests.support import ServerProcess, Stores, raw_redis, wait_aof_rewrite
