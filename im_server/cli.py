@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(bench_main(argv[1:]))
     if argv[:1] == ["chat"]:
-        from im_server.chat import main as chat_main
+        from im_server.client.chat_main import main as chat_main
 
         sys.exit(chat_main(argv[1:]))
     args = parser.parse_args(argv)

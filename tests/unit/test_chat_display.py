@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from im_server.chat import Chat, human_size, parse_mentions, save_new, snippet, split_path
 from im_server.client import ApiError
+from im_server.client.chat import Chat
+from im_server.client.chat_text import human_size, parse_mentions, save_new, snippet, split_path
 
 ME, BOB = 1, 2
 CONV = "g:7"

@@ -1,0 +1,45 @@
+"""``im-server chat``: a small terminal chat on the Python client, to try a server from a
+shell (the chat itself is ``chat.py``).
+
+    im-server chat --url http://127.0.0.1:8000 --user alice --password 'secret pw' [--register]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from rich.console import Console
+from rich.markup import escape
+
+from im_server.client import ApiError, Client
+from im_server.client.chat import Chat
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="im-server chat", description="a terminal chat client")
+    p.add_argument("--url", default="http://127.0.0.1:8000")
+    p.add_argument("--user", required=True)
+    p.add_argument("--password", required=True)
+    p.add_argument("--register", action="store_true", help="create the account first")
+    args = p.parse_args(argv)
+    console = Console(highlight=False)
+
+    async def go() -> None:
+        if args.register:
+            client = await Client.register(args.url, args.user, args.password)
+        else:
+            client = await Client.login(args.url, args.user, args.password)
+        try:
+            await Chat(client, console).run()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(go())
+    except ApiError as e:
+        console.print(f"[red]{e.status} {escape(e.code)}: {escape(e.message)}[/]")
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
