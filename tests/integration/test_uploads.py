@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from im_server.client import ApiError, Client, group_conv_id, single_conv_id
-from im_server.client.http import UPLOAD_CHUNK
+from im_server.client.http_files import UPLOAD_CHUNK
 from tests.support import Make, Stores, befriend, eventually, persisted, pg, png_bomb
 
 
