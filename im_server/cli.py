@@ -384,18 +384,5 @@ def main(argv: list[str] | None = None) -> None:
         # an embedded store that would not start: one line saying why (its log's tail,
         # which the message carries, goes to the log at DEBUG), no traceback
         log.debug("embedded store failure: %s", e)
-        print(f"im-server: {_first_line(e)}", file=sys.stderr, flush=True)
+        print(f"im-server: {e.summary()}", file=sys.stderr, flush=True)
         sys.exit(1)
-
-
-_TELLING = ("error", "fail", "fatal", "panic", "denied", "in use", "not available")
-
-
-def _first_line(e: BaseException) -> str:
-    """What went wrong, on one line: the message's first line, and the last line of the
-    store's log tail (which the message carries) that names an error."""
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(e).__name__
-    why = next((ln for ln in reversed(lines[1:]) if any(w in ln.lower() for w in _TELLING)), None)
-    return lines[0] + (f": {why[:300]}" if why else "") + " (the store's log is in the data folder)"

@@ -32,6 +32,21 @@ _PR_SET_PDEATHSIG = 1
 class EmbeddedRuntimeError(RuntimeError):
     """An embedded server could not be started or stopped; the message carries the log tail."""
 
+    _TELLING = ("error", "fail", "fatal", "panic", "denied", "in use", "not available")
+
+    def summary(self) -> str:
+        """What went wrong, on one line: the message's first line, and the last line of
+        the store's log tail (which the message carries) that names an error."""
+        lines = [ln.strip() for ln in str(self).strip().splitlines() if ln.strip()]
+        if not lines:
+            return type(self).__name__
+        why = next(
+            (ln for ln in reversed(lines[1:]) if any(w in ln.lower() for w in self._TELLING)),
+            None,
+        )
+        tail = f": {why[:300]}" if why else ""
+        return f"{lines[0]}{tail} (the store's log is in the data folder)"
+
 
 # --------------------------------------------------------------------------- ports
 
