@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 from im_server.runtime.embedded import (
     EmbeddedPostgres,
@@ -96,6 +97,10 @@ def pg_dsn(stores: Stores) -> str:
     return stores.pg.url.replace("postgresql+asyncpg", "postgresql")
 
 
+class PortTaken(RuntimeError):
+    """The server's port was taken by another process before the server could bind it."""
+
+
 @dataclass
 class ServerProcess:
     """``im-server serve`` in a child process (its own session, so kill -9 of its
@@ -116,8 +121,21 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
-        if not self.port:
-            self.port = free_port()
+        """Start and wait until ready. A port chosen here (none was given) may be taken
+        by another process before the server binds it (suites running side by side):
+        then the server is started again on another one."""
+        chosen = not self.port
+        for attempt in range(4):
+            if chosen:
+                self.port = free_port()
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if not chosen or attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> ServerProcess:
         env = {**os.environ, **FAST_HASH_ENV, **self.env}
         if not env.get("IM_S3_ENDPOINT") and self.data_dir is None:
             # serve would start its own S3 store in ./.im-data, shared with whoever else
@@ -148,18 +166,36 @@ class ServerProcess:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until ``/readyz`` answers 200 from this server: the port is checked to be held
+        by this process (or one of its workers), not by another that took it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
+                if "address already in use" in self.log_tail().lower():
+                    raise PortTaken(self.port)
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 r = httpx.get(self.url + "/readyz", timeout=1.0)
-                if r.status_code == 200:
+                if r.status_code == 200 and self._listens():
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"server not ready after {timeout} s:\n{self.log_tail()}")
+
+    def _listens(self) -> bool:
+        if self.proc is None:
+            return False
+        try:
+            me = psutil.Process(self.proc.pid)
+            procs = [me, *me.children(recursive=True)]
+            return any(
+                c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                for p in procs
+                for c in p.net_connections("inet")
+            )
+        except psutil.Error:
+            return False
 
     def log_tail(self, n: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
