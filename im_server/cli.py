@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     c.set_defaults(fn=None)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
-        from im_server.bench.runner import main as bench_main
+        from im_server.bench.main import main as bench_main
 
         sys.exit(bench_main(argv[1:]))
     if argv[:1] == ["chat"]:

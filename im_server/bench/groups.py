@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from im_server.bench.load import Pacer, Stats, open_ws, percentile, sender, ws_url
-from im_server.bench.runner import Local, Procs
+from im_server.bench.stack import Local, Procs
 
 OPEN_AT_ONCE = 64  # sockets being opened at the same time, per load process
 DRAIN_S = 15.0  # how long the last deliveries may take after the last ack

@@ -148,7 +148,7 @@ async def idle_connections(args: argparse.Namespace) -> dict[str, Any]:
     """Open ``args.idle`` WebSockets to one server process, hold them idle for
     ``args.idle_seconds`` (pings on), and report the server's memory and CPU for them."""
     from im_server.bench.load import ws_url
-    from im_server.bench.runner import Local, console, register_many
+    from im_server.bench.stack import Local, console, register_many
 
     n = args.idle
     idle_s = float(getattr(args, "idle_seconds", 60.0))

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from im_server.bench.load import Stats, percentile
-from im_server.bench.runner import Local, console, drain_time, make_pairs, run_phase, verify
+from im_server.bench.phases import drain_time, make_pairs, run_phase, verify
+from im_server.bench.stack import Local, console
 
 Pair = tuple[str, str, str, int]
 

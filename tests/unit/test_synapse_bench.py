@@ -1,4 +1,4 @@
-"""The pure parts of ``benchmarks/synapse.py``: the shared-secret registration MAC, the
+"""The pure parts of ``im_server/bench/synapse.py``: the shared-secret registration MAC, the
 signing key and the generated configuration (no Synapse here: it is installed by the
 benchmark alone)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.synapse import (
+from im_server.bench.synapse import (
     NESTED_RATE_LIMITS,
     RATE_LIMITS,
     homeserver_config,

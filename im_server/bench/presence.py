@@ -34,9 +34,9 @@ import asyncpg
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
-from benchmarks.common import report, run_with_server
-from benchmarks.read_storm import make_users, pct
 from im_server.bench.cluster import ServerProcess, Stores
+from im_server.bench.common import report, run_with_server
+from im_server.bench.read_storm import make_users, pct
 
 SERVER_ENV = {"IM_PRESENCE_OFFLINE_GRACE_SECONDS": "0", "IM_PRESENCE_SWEEP_SECONDS": "0.02"}
 TICK = os.sysconf("SC_CLK_TCK")

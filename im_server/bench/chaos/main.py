@@ -67,7 +67,7 @@ async def amain(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="./scripts/bench chaos",
         description=f"{__doc__}\n{chaos.__doc__}",
@@ -82,15 +82,15 @@ def main() -> None:
     ap.add_argument("--settle-timeout", type=float, default=120.0)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs, data)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         import uvloop
 
         rc = uvloop.run(amain(args))
     except ImportError:
         rc = asyncio.run(amain(args))
-    sys.exit(rc)
+    return rc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

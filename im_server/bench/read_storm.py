@@ -51,8 +51,8 @@ import httpx
 import orjson
 import psutil
 
-from benchmarks.common import report, run_with_server
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
+from im_server.bench.common import report, run_with_server
 from im_server.client import Client, Connection
 
 # --------------------------------------------------------------------------- helpers
@@ -110,7 +110,7 @@ class Phase:
     write_xacts: int = 0
     xact_commit: int = 0
     xact_rollback: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         ms = [x * 1000 for x in self.latencies]
@@ -128,7 +128,7 @@ class Phase:
             "write_xacts": self.write_xacts,
             "xact_commit_delta": self.xact_commit,
             "xact_rollback_delta": self.xact_rollback,
-            **self.extra,
+            **self.figures,
         }
 
 
@@ -352,7 +352,7 @@ async def server_storm(
         phase.write_xacts = s1.next_xid - s0.next_xid
         phase.xact_commit = s1.xact_commit - s0.xact_commit
         phase.xact_rollback = s1.xact_rollback - s0.xact_rollback
-        phase.extra = {
+        phase.figures = {
             "rest_reports": len(reporters) - n_ws,
             "ws_reports": n_ws,
             "flushes": int(flushes),
@@ -373,9 +373,9 @@ async def server_storm(
             [u for u, _ in reporters],
         )
         rc = await owner.receipts(conv, last_seq)
-        phase.extra["check_cursors_at_last_seq"] = f"{good}/{total}"
-        phase.extra["check_receipts"] = rc
-        phase.extra["ok"] = bool(
+        phase.figures["check_cursors_at_last_seq"] = f"{good}/{total}"
+        phase.figures["check_receipts"] = rc
+        phase.figures["ok"] = bool(
             good == total == len(reporters)
             and rc["read_count"] == rc["member_count"] == len(reporters)
             and errors == 0
@@ -435,7 +435,7 @@ async def naive_storm(
         last_seq,
         [u for u, _ in reporters],
     )
-    phase.extra = {
+    phase.figures = {
         "pool": args.naive_pool,
         "check_cursors_at_last_seq": f"{good}/{total}",
         "ok": bool(good == total == len(reporters) and errors == 0),

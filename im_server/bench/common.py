@@ -1,4 +1,4 @@
-"""What the benchmarks share: their own stores and server in a temp folder, stopped
+"""What the benchmarks of ``im-server bench <name>`` share: their own stores and server in a temp folder, stopped
 whatever happens, and the answer printed as a table or one JSON object."""
 
 from __future__ import annotations
@@ -79,8 +79,9 @@ def run_with_stacks(
 def report(
     res: dict[str, Any], as_json: bool, print_table: Callable[[dict[str, Any]], None]
 ) -> None:
+    """THE report of every benchmark: one JSON object (``--json``), or its table."""
     if as_json:
-        print(orjson.dumps(res).decode())
+        print(orjson.dumps(res, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
     else:
         print_table(res)
 

@@ -57,18 +57,18 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import orjson
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from benchmarks.common import (
+from im_server.bench.cluster import Stores
+from im_server.bench.common import (
     add_layout_args,
     check_layout_args,
     pct,
+    report,
     run_with_stores,
     user_in_conversations,
 )
-from im_server.bench.cluster import Stores
 from im_server.config import Settings
 from im_server.storage import conv_states as conv_store
 from im_server.storage.db import create_engine
@@ -483,7 +483,9 @@ async def measure(stores: Stores, args: argparse.Namespace, u: int) -> dict[str,
     engine = create_engine(Settings(database_url=stores.pg.url, redis_url="redis://x"))
     captured: list[tuple[str, Any]] = []
 
-    def capture(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool):
+    def capture(
+        conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
+    ) -> None:
         if "AS mention_unread" in statement and "OVER ()" in statement and not captured:
             captured.append((statement, params))
 
@@ -984,10 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     plan_text = res.pop("plan_text")
     if args.plan_out:
         Path(args.plan_out).write_text(plan_text + "\n")
-    if args.json:
-        print(orjson.dumps(res).decode())
-    else:
-        print_table(res)
+    report(res, args.json, print_table)
     return 0
 
 

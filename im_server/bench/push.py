@@ -50,11 +50,11 @@ from typing import Any
 import asyncpg
 import httpx
 
-from benchmarks.common import report, run_with_stacks
-from benchmarks.read_storm import make_users, pct, wait_persisted
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
+from im_server.bench.common import report, run_with_stacks
 from im_server.bench.push_gateway import RecordingGateway
-from im_server.bench.runner import Procs
+from im_server.bench.read_storm import make_users, pct, wait_persisted
+from im_server.bench.stack import Procs
 from im_server.client import Client, Connection
 
 APP_ID = "im.bench.push"

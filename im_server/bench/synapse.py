@@ -56,9 +56,10 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.common import report
+from im_server.bench.common import report
 from im_server.bench.load import percentile
-from im_server.bench.runner import Local, Procs, make_pairs, phase_bar, run_phase, verify
+from im_server.bench.phases import make_pairs, phase_bar, run_phase, verify
+from im_server.bench.stack import Local, Procs
 from im_server.runtime.embedded import EmbeddedPostgres, free_port, start_postgres
 
 SYNAPSE_VERSION = "1.163.2"

@@ -49,8 +49,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import report, run_with_server
 from im_server.bench.cluster import ServerProcess
+from im_server.bench.common import report, run_with_server
 from im_server.client import Client, Connection, SyncState
 
 PASSWORD = "bench-password-1234"

@@ -45,16 +45,17 @@ import asyncpg
 import orjson
 from sqlalchemy import text
 
-from benchmarks.common import (
+from im_server.bench.cluster import Stores
+from im_server.bench.common import (
     add_layout_args,
     check_layout_args,
     pct,
+    report,
     run_with_stores,
     user_in_conversations,
 )
-from im_server.bench.cluster import Stores
 from im_server.config import Settings
-from im_server.search_text import parts, query
+from im_server.search_text import message_document, parts, query
 from im_server.storage import messages as msg_store
 from im_server.storage import search as search_store
 from im_server.storage.db import create_engine
@@ -174,7 +175,7 @@ async def build(pg: asyncpg.Connection, args: argparse.Namespace, corpus: Corpus
                 body = corpus.text(rnd)
                 recalled = rnd.random() < 0.01
                 content = orjson.dumps({"text": body}).decode()
-                doc = None if recalled else msg_store.message_document(content)
+                doc = None if recalled else message_document(content)
                 if not sample_cn and "，" in body and cid in mine:
                     sample_cn = body
                 recs.append(
@@ -462,7 +463,7 @@ async def time_persister(
     try:
         for rnd_i in range(args.persister_rounds * 2):
             tokens = rnd_i % 2 == 1  # the last round with tokens
-            msg_store.search_document = real_doc if tokens else (lambda m: None)  # type: ignore[assignment]
+            msg_store.search_document = real_doc if tokens else (lambda m: None)
             batches = []
             for _ in range(args.persister_batches):
                 batch = []
@@ -493,7 +494,7 @@ async def time_persister(
             (with_rates if tokens else without_rates).append(n / wall)
             (with_cpu if tokens else without_cpu).append(cpu / n * 1e6)
     finally:
-        msg_store.search_document = real_doc  # type: ignore[assignment]
+        msg_store.search_document = real_doc
     w, wo = statistics.median(with_rates), statistics.median(without_rates)
     return {
         "batch": args.batch,
@@ -616,10 +617,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     res = run_with_stores("im-search-bench-", lambda stores: bench(stores, args))
-    if args.json:
-        print(orjson.dumps(res).decode())
-    else:
-        print_table(res)
+    report(res, args.json, print_table)
     return 0
 
 

@@ -68,10 +68,10 @@ import asyncpg
 import httpx
 from PIL import Image
 
-from benchmarks.common import report, run_with_server
-from benchmarks.read_storm import make_users, pct, wait_persisted
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
-from im_server.bench.runner import Procs
+from im_server.bench.common import report, run_with_server
+from im_server.bench.read_storm import make_users, pct, wait_persisted
+from im_server.bench.stack import Procs
 from im_server.client import ApiError, Client, Connection, ConnectionLost
 
 KiB = 1024

@@ -39,9 +39,9 @@ from typing import Any
 import asyncpg
 import httpx
 
-from benchmarks.common import report, run_with_server
-from benchmarks.read_storm import make_users, pct
 from im_server.bench.cluster import ServerProcess, Stores
+from im_server.bench.common import report, run_with_server
+from im_server.bench.read_storm import make_users, pct
 
 KINDS = ("read", "write", "settings")
 
@@ -52,7 +52,7 @@ async def _probe_loop(
     """``n`` reads and ``n`` each of two version-lock writes (a clear, a settings change),
     one after the other."""
     headers = {"Authorization": f"Bearer {token}"}
-    out: dict[str, list[float]] = {k: [] for k in KINDS} | {"errors": []}
+    out: dict[str, list[float]] = {k: [] for k in (*KINDS, "errors")}
     for i in range(n):
         for kind, method, path, body in (
             ("read", "GET", "/v1/conversations", None),
@@ -71,7 +71,7 @@ async def _probe_until(
     http: httpx.AsyncClient, token: str, conv: str, tasks: list[asyncio.Task[Any]]
 ) -> dict[str, list[float]]:
     """Probe rounds until every task is done."""
-    out: dict[str, list[float]] = {k: [] for k in KINDS} | {"errors": []}
+    out: dict[str, list[float]] = {k: [] for k in (*KINDS, "errors")}
     while not all(t.done() for t in tasks):
         one = await _probe_loop(http, token, conv, 1)
         for k in out:
