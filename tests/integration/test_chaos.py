@@ -109,25 +109,3 @@ async def test_kill9_persister_mid_batch_other_name(root: Path) -> None:
     res = await run_scenario("persister-rename", root, TEST_PARAMS)
     assert "blocked (uncommitted)" in res.killed, res.killed
     check(res)
-
-
-async def test_kill9_redis_under_load(root: Path) -> None:
-    """Redis (AOF, appendfsync everysec) killed, restarted on the same port and folder:
-    sends meanwhile answer ``unavailable`` and are retried with the same client_msg_id."""
-    check(await run_scenario("redis", root, TEST_PARAMS))
-
-
-async def test_kill9_postgres_under_load(root: Path) -> None:
-    """The postmaster killed and restarted on the same port (crash recovery); the
-    persister and the read-cursor batcher retry, acked messages wait in the stream."""
-    check(await run_scenario("postgres", root, TEST_PARAMS))
-
-
-async def test_redis_replaced_by_an_empty_one_under_load(root: Path) -> None:
-    """Redis killed and its AOF folder deleted: an EMPTY Redis comes back on the same port.
-    New seqs start above every old one, resends of persisted client_msg_ids answer
-    duplicate with their first seq. Acked messages still only in the deleted stream are gone with
-    it (``wiped``, reported); any other missing one is a loss."""
-    res = await run_scenario("redis-empty", root, TEST_PARAMS)
-    assert "deleted appendonlydir" in res.killed, res.killed
-    check(res)

@@ -1,0 +1,30 @@
+"""`im-server bench --workers` runs end to end (a smoke test, no thresholds on speed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_workers_compares_one_worker_with_two() -> None:
+    r = subprocess.run(
+        [
+            *(sys.executable, "-m", "im_server", "bench", "--workers", "2"),
+            *("--client-procs", "2", "--pairs", "4", "--window", "4", "--duration", "2"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    one, two = res["runs"]
+    assert (one["workers"], two["workers"]) == (1, 2)
+    for run in (one, two):
+        assert run["messages_delivered_per_s"] > 0 and run["client_procs"] == 2
+        assert run["lost"] == 0 and run["duplicated"] == 0
+        assert {"gateway", "redis", "postgres", "client"} <= set(run["cores_used"])
+    assert list(two["cores_per_server_process"]) == ["parent", "worker 0", "worker 1"]
+    assert res["scaling"] > 0
