@@ -152,11 +152,11 @@ async def edit(conv_id: str, seq: str, body: EditBody, caller: CurrentUser, ctx:
     "/conversations/{conv_id}/messages/{seq}/reactions/{emoji:path}",
     status_code=204,
     summary="Put my reaction on a message (idempotent; a reaction notice when it changes)",
-    description="emoji: URL-encoded, 1-32 characters, no whitespace nor control characters.",
+    description="emoji: URL-encoded, one fully-qualified Unicode emoji (1-32 code points).",
 )
 async def react(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ctx) -> Response:
     ref, n = parse_conv_id(conv_id), _seq_path(seq)
-    await reactions.do_react(ctx, caller.user_id, ref, n, reactions.check_emoji(emoji), "add")
+    await reactions.do_react(ctx, caller.user_id, ref, n, emoji, "add")
     return Response(status_code=204)
 
 
@@ -167,7 +167,7 @@ async def react(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ct
 )
 async def unreact(conv_id: str, seq: str, emoji: str, caller: CurrentUser, ctx: Ctx) -> Response:
     ref, n = parse_conv_id(conv_id), _seq_path(seq)
-    await reactions.do_react(ctx, caller.user_id, ref, n, reactions.check_emoji(emoji), "remove")
+    await reactions.do_react(ctx, caller.user_id, ref, n, emoji, "remove")
     return Response(status_code=204)
 
 

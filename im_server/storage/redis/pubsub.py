@@ -346,6 +346,8 @@ class InboxMoved(Exception):
 
 async def _close(ps: PubSub) -> None:
     try:
-        await ps.aclose()  # type: ignore[no-untyped-call]
+        # through Any: redis-py's typing of aclose differs between its releases
+        closing: Any = ps
+        await closing.aclose()
     except Exception as e:  # noqa: BLE001 - closing a connection that is already gone
         log.debug("closing the pub/sub connection failed: %r", e)
