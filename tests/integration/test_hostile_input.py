@@ -375,6 +375,23 @@ def serialize(env: Env, kind: str, payload: Any) -> WireFrame:
     return WireFrame(payload)
 
 
+def outside_64_bits(data: str | bytes) -> bool:
+    """Whether any integer literal of the JSON text lies outside -2^63 .. 2^64-1."""
+    found: list[int] = []
+
+    def note(literal: str) -> int:
+        value = int(literal)
+        if not -(2**63) <= value <= 2**64 - 1:
+            found.append(value)
+        return value
+
+    try:
+        json.loads(data, parse_int=note)
+    except (ValueError, RecursionError):
+        return False
+    return bool(found)
+
+
 def expect_for(env: Env, wire: WireFrame) -> Expect:
     bad = Expect("error", frozenset({"bad_request"}))
     try:
@@ -388,6 +405,11 @@ def expect_for(env: Env, wire: WireFrame) -> Expect:
         return Expect("error", frozenset({"bad_request"}), why="no known type")
     if ftype == "ping":
         return Expect("pong")
+    if outside_64_bits(wire.data):
+        # the integer rule comes before any field: a send is refused by its ack
+        if ftype == "send":
+            return Expect("ack", frozenset({"bad_request"}), must_refuse=True, why="int range")
+        return Expect("error", frozenset({"bad_request"}), why="int range")
     conv = frame.get("conv_id")
     if ftype == "send":
         defects = []
