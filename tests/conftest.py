@@ -5,12 +5,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import orjson
 import pytest
 
 from im_server.client import Client, Connection
+from im_server.client.transport import request_sync
 from tests.support import Make, ServerProcess, Stores, befriend, new_user
 
 
@@ -93,7 +93,7 @@ def tmp_data(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def ws_schema(server: ServerProcess) -> dict[str, Any]:
-    r = httpx.get(f"{server.url}/v1/protocol/ws-schema", timeout=30)
+    r = request_sync("GET", f"{server.url}/v1/protocol/ws-schema", timeout=30)
     assert r.status_code == 200, r.text
     schema: dict[str, Any] = r.json()
     return schema

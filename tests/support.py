@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 import asyncpg
-import httpx
 import redis.asyncio as aioredis
 
 from im_server.bench.cluster import FAST_HASH_ENV as FAST_HASH_ENV
 from im_server.bench.cluster import ServerProcess as ServerProcess
 from im_server.bench.cluster import Stores, pg_dsn
 from im_server.client import Client, Connection
+from im_server.client.transport import request_sync
 
 PASSWORD = "password-1234"
 
@@ -165,7 +165,7 @@ def new_addr() -> str:
 def metric(url: str, sample: str) -> float:
     """The value of one sample (``name`` or ``name{labels}`` as exposed) on the server's
     ``/metrics``; 0 when it is not there yet (a counter not incremented)."""
-    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+    for line in request_sync("GET", url + "/metrics", timeout=30).text.splitlines():
         if line.startswith(sample + " "):
             return float(line.split()[1])
     return 0.0

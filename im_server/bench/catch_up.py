@@ -29,7 +29,7 @@ Measured, ``--runs`` times from the same state (version V), median reported:
   the device holds, page by page, ``limit=50`` ascending (one request per 50
   messages), as a client without sync would do.
 Both are sequential, one request at a time, as a phone would do it. Requests and
-response body bytes are counted by an httpx hook; each run checks that the device ends
+response body bytes are counted by the HTTP pool's response hook; each run checks that the device ends
 up with every sent message exactly once.
 """
 
@@ -47,11 +47,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from im_server.bench.cluster import ServerProcess
 from im_server.bench.common import report, run_with_server
 from im_server.client import Client, Connection, SyncState
+from im_server.client.transport import HttpPool, Response
 
 PASSWORD = "bench-password-1234"
 
@@ -67,15 +66,12 @@ class Counter:
         self.requests = self.bytes = 0
 
 
-def counting_http(counter: Counter) -> httpx.AsyncClient:
-    async def on_response(resp: httpx.Response) -> None:
-        await resp.aread()
+def counting_http(counter: Counter) -> HttpPool:
+    def on_response(resp: Response) -> None:
         counter.requests += 1
         counter.bytes += len(resp.content)
 
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(60.0, connect=10.0), event_hooks={"response": [on_response]}
-    )
+    return HttpPool(timeout=60.0, connect_timeout=10.0, on_response=on_response)
 
 
 # --------------------------------------------------------------------------- the two ways
@@ -201,7 +197,7 @@ def split(total: int, parts: int) -> list[int]:
 async def bench(args: argparse.Namespace, server: ServerProcess) -> dict[str, Any]:
     url = server.url
     run = uuid.uuid4().hex[:6]
-    setup_http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0))
+    setup_http = HttpPool(timeout=60.0, connect_timeout=10.0)
     counter = Counter()
     http = counting_http(counter)
     senders: list[Client] = []

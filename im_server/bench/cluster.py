@@ -18,9 +18,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import psutil
 
+from im_server.client.transport import TransportError, request_sync
 from im_server.runtime.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
@@ -175,10 +175,10 @@ class ServerProcess:
                     raise PortTaken(self.port)
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                r = httpx.get(self.url + "/readyz", timeout=1.0)
+                r = request_sync("GET", self.url + "/readyz", timeout=1.0)
                 if r.status_code == 200 and self._listens():
                     return
-            except httpx.HTTPError:
+            except TransportError:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"server not ready after {timeout} s:\n{self.log_tail()}")

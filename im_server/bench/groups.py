@@ -24,13 +24,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from im_server.bench.load import Pacer, Stats, open_ws, percentile, sender, ws_url
 from im_server.bench.stack import Local, Procs
+from im_server.client.transport import HttpPool, TransportError
 
 OPEN_AT_ONCE = 64  # sockets being opened at the same time, per load process
 DRAIN_S = 15.0  # how long the last deliveries may take after the last ack
@@ -145,7 +145,7 @@ async def _register(url: str, n: int) -> list[Any]:
     from im_server.client import Client
 
     tag = f"grp{uuid.uuid4().hex[:6]}"
-    http = httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32))
+    http = HttpPool(timeout=60, max_connections=32)
     sem = asyncio.Semaphore(32)
 
     async def one(i: int) -> Any:
@@ -156,7 +156,7 @@ async def _register(url: str, n: int) -> list[Any]:
                 try:
                     name = f"{tag}{i}r{attempt}"
                     return await Client.register(url, name, "bench-password", http=http)
-                except httpx.TransportError:
+                except TransportError:
                     if attempt == 2:
                         raise
 

@@ -23,9 +23,10 @@ from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 from rich.progress import BarColumn, Progress, TextColumn
+
+from im_server.client.transport import HttpPool
 
 PER_WORKER = 12_500
 """Connections per client process: within a default hard limit of 20,000 descriptors,
@@ -205,7 +206,7 @@ async def idle_connections(args: argparse.Namespace) -> dict[str, Any]:
             console.print(f"[red]open failed: {e}")
         await asyncio.sleep(3)  # the last handshakes' work settles
         rss1 = proc.memory_info().rss
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             text = (await http.get(local.url + "/metrics")).text
         held = int(float(text.split("\nim_connections ")[1].split()[0]))
         gateway, everything = local.parts()["gateway"], local.im_procs()

@@ -37,18 +37,16 @@ import uuid
 from typing import Any
 
 import asyncpg
-import httpx
 
 from im_server.bench.cluster import ServerProcess, Stores
 from im_server.bench.common import report, run_with_server
 from im_server.bench.read_storm import make_users, pct
+from im_server.client.transport import HttpPool
 
 KINDS = ("read", "write", "settings")
 
 
-async def _probe_loop(
-    http: httpx.AsyncClient, token: str, conv: str, n: int
-) -> dict[str, list[float]]:
+async def _probe_loop(http: HttpPool, token: str, conv: str, n: int) -> dict[str, list[float]]:
     """``n`` reads and ``n`` each of two version-lock writes (a clear, a settings change),
     one after the other."""
     headers = {"Authorization": f"Bearer {token}"}
@@ -68,7 +66,7 @@ async def _probe_loop(
 
 
 async def _probe_until(
-    http: httpx.AsyncClient, token: str, conv: str, tasks: list[asyncio.Task[Any]]
+    http: HttpPool, token: str, conv: str, tasks: list[asyncio.Task[Any]]
 ) -> dict[str, list[float]]:
     """Probe rounds until every task is done."""
     out: dict[str, list[float]] = {k: [] for k in (*KINDS, "errors")}
@@ -94,8 +92,9 @@ async def bench(stores: Stores, server: ServerProcess, args: argparse.Namespace)
     newcomers = [u for u, _ in users[2 + 2 * args.members :]]
     # idle connections are dropped before the server closes them (its keep-alive is 5 s):
     # a POST on a connection the server is closing would fail, and is not retried
-    limits = httpx.Limits(max_connections=args.storm + 8, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as http:
+    async with HttpPool(
+        base_url=server.url, timeout=120, max_connections=args.storm + 8, keepalive=2.0
+    ) as http:
         own = {"Authorization": f"Bearer {owner_tok}"}
         r = await http.post("/v1/groups", json={"name": "big", "member_ids": members}, headers=own)
         r.raise_for_status()

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-import httpx
 
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
 from im_server.bench.common import report, run_with_stacks
@@ -56,6 +55,7 @@ from im_server.bench.push_gateway import RecordingGateway
 from im_server.bench.read_storm import make_users, pct, wait_persisted
 from im_server.bench.stack import Procs
 from im_server.client import Client, Connection
+from im_server.client.transport import HttpPool
 
 APP_ID = "im.bench.push"
 WINDOW = 10  # sends in flight on one socket
@@ -139,7 +139,7 @@ class Pair:
     sock: Connection | None = None
 
 
-async def make_pair(stack: Stack, pg: asyncpg.Connection, http: httpx.AsyncClient) -> Pair:
+async def make_pair(stack: Stack, pg: asyncpg.Connection, http: HttpPool) -> Pair:
     run = uuid.uuid4().hex[:8]
     (a, ta), (b, tb) = await make_users(pg, 2, run)
     sender = Client(stack.server.url, ta, user_id=a, http=http)
@@ -170,7 +170,7 @@ async def send_path(
     args: argparse.Namespace, on: Stack, off: Stack, pgs: dict[str, asyncpg.Connection]
 ) -> dict[str, Any]:
     """Both loads, full speed and paced, alternating off and on."""
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with HttpPool(timeout=30) as http:
         pairs = {"off": await make_pair(off, pgs["off"], http)}
         pairs["on"] = await make_pair(on, pgs["on"], http)
         for name, p in pairs.items():  # warm up: token cache, seq block, code paths
@@ -218,9 +218,7 @@ class Group:
     sent: list[int] = field(default_factory=list)  # every seq sent, in order
 
 
-async def make_group(
-    stack: Stack, pg: asyncpg.Connection, http: httpx.AsyncClient, members: int
-) -> Group:
+async def make_group(stack: Stack, pg: asyncpg.Connection, http: HttpPool, members: int) -> Group:
     run = uuid.uuid4().hex[:8]
     users = await make_users(pg, 1 + members, run)
     (sid, stoken), rest = users[0], users[1:]
@@ -320,7 +318,7 @@ async def fan_out_phase(
 async def fan_out(
     args: argparse.Namespace, on: Stack, pg: asyncpg.Connection, gw: RecordingGateway
 ) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with HttpPool(timeout=60) as http:
         g = await make_group(on, pg, http, args.members)
         await fan_out_phase(on, gw, g, 1, None, "warm")
         burst = await fan_out_phase(on, gw, g, args.messages, None, "burst")

@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-import httpx
 import orjson
 import psutil
 
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
 from im_server.bench.common import report, run_with_server
 from im_server.client import Client, Connection
+from im_server.client.transport import HttpPool
 
 # --------------------------------------------------------------------------- helpers
 
@@ -66,7 +66,7 @@ def pct(values: list[float], p: float) -> float:
     return s[k]
 
 
-async def read_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+async def read_counters(http: HttpPool, url: str) -> dict[str, float]:
     r = await http.get(url + "/metrics")
     r.raise_for_status()
     out: dict[str, float] = {}
@@ -220,23 +220,19 @@ async def run_scheduled(
     return (last - first[0]) if first and last else float("nan"), lat, errors
 
 
-def http_pools(n: int) -> list[httpx.AsyncClient]:
-    """n clients of one keep-alive connection each. One httpx pool of 200 connections
+def http_pools(n: int) -> list[HttpPool]:
+    """n clients of one keep-alive connection each. One pool of 200 connections
     spends its time matching queued requests to connections (measured here: ~120 req/s
     against an empty ASGI app, ~1,000 req/s with one connection per client), so the
-    storm would measure httpx instead of the server."""
-    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-    return [
-        httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), limits=limits)
-        for _ in range(n)
-    ]
+    storm would measure the client's pool instead of the server."""
+    return [HttpPool(timeout=60.0, connect_timeout=10.0, max_connections=1) for _ in range(n)]
 
 
 async def server_storm(
     args: argparse.Namespace,
     url: str,
     pg: asyncpg.Connection,
-    http: httpx.AsyncClient,
+    http: HttpPool,
     owner: Client,
     owner_ws: Connection,
     conv: str,
@@ -451,7 +447,7 @@ async def bench(args: argparse.Namespace, stores: Stores, server: ServerProcess)
     url = server.url
     run = uuid.uuid4().hex[:8]
     pg = await asyncpg.connect(pg_dsn(stores))
-    http = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0))
+    http = HttpPool(timeout=60.0, connect_timeout=10.0)
     try:
         t_setup = time.monotonic()
         users = await make_users(pg, args.members, run)

@@ -11,7 +11,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -20,6 +19,7 @@ from im_server.bench.idle import idle_connections
 from im_server.bench.load import percentile
 from im_server.bench.phases import drain_time, hist, hist_percentile, make_pairs, run_phase, verify
 from im_server.bench.stack import Local, console
+from im_server.client.transport import HttpPool
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +67,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "server_cpu_s": echo_cpu,
                 "server_cpu_us_per_round_trip": echo_cpu / max(1, echo_stats.acked) * 1e6,
             }
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             metrics0 = (await http.get(url + "/metrics")).text
         parts0 = {k: v.cpu() for k, v in local.parts().items()} if local else {}
         st, cpu = await run_phase(
@@ -82,7 +82,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         parts1 = {k: v.cpu() for k, v in local.parts().items()} if local else {}
         depth, drain_s = await drain_time(local)
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             metrics1 = (await http.get(url + "/metrics")).text
         lag_b, lag_a = (
             hist(metrics0, "im_persist_lag_seconds"),

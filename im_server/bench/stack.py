@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 from rich.console import Console
+
+from im_server.client.transport import TransportError, request_sync
 
 console = Console(stderr=True)
 BENCH_ENV = {
@@ -83,9 +84,9 @@ def wait_http(url: str, path: str = "/readyz", timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + path, timeout=1).status_code == 200:
+            if request_sync("GET", url + path, timeout=1).status_code == 200:
                 return
-        except httpx.HTTPError:
+        except TransportError:
             pass
         time.sleep(0.05)
     raise TimeoutError(f"{url}{path} not ready")

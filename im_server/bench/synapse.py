@@ -52,7 +52,6 @@ from typing import Any
 from urllib.parse import quote
 
 import asyncpg
-import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -60,6 +59,7 @@ from im_server.bench.common import report
 from im_server.bench.load import percentile
 from im_server.bench.phases import make_pairs, phase_bar, run_phase, verify
 from im_server.bench.stack import Local, Procs
+from im_server.client.transport import HttpPool, TransportError, request_sync
 from im_server.runtime.embedded import EmbeddedPostgres, free_port, start_postgres
 
 SYNAPSE_VERSION = "1.163.2"
@@ -275,8 +275,8 @@ class SynapseServer:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"Synapse exited: {self.log_tail()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                with contextlib.suppress(TransportError):
+                    if request_sync("GET", self.url + "/health", timeout=1).status_code == 200:
                         return
                 time.sleep(0.2)
         raise TimeoutError(f"Synapse not ready after {timeout:.0f} s: {self.log_tail()}")
@@ -345,17 +345,17 @@ class MatrixStats:
             self.errors.append(why)
 
 
-def client(base: str, token: str | None = None, connections: int = 2) -> httpx.AsyncClient:
+def client(base: str, token: str | None = None, connections: int = 2) -> HttpPool:
     """HTTP/1.1 with keep-alive, one connection per request in flight."""
-    return httpx.AsyncClient(
+    return HttpPool(
         base_url=base,
         headers={"Authorization": f"Bearer {token}"} if token else {},
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        timeout=httpx.Timeout(60.0),
+        max_connections=connections,
+        timeout=60.0,
     )
 
 
-async def register(http: httpx.AsyncClient, secret: str, user: str) -> tuple[str, str]:
+async def register(http: HttpPool, secret: str, user: str) -> tuple[str, str]:
     """(user id, access token) through the shared-secret admin registration."""
     r = await http.get("/_synapse/admin/v1/register")
     r.raise_for_status()
@@ -424,7 +424,7 @@ async def matrix_sender(
                         path + txn,
                         json={"msgtype": "m.text", "body": text, "t_us": time.time_ns() // 1000},
                     )
-                except httpx.HTTPError as e:
+                except TransportError as e:
                     st.refuse(repr(e))
                     await asyncio.sleep(0.1)
                     continue
@@ -457,7 +457,7 @@ async def matrix_receiver(base: str, pair: Pair, st: MatrixStats, ready: asyncio
             try:
                 r = await http.get("/_matrix/client/v3/sync", params=params)
                 r.raise_for_status()
-            except httpx.HTTPError as e:
+            except TransportError as e:
                 if len(st.errors) < 100:
                     st.errors.append(repr(e))
                 await asyncio.sleep(0.1)

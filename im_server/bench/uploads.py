@@ -65,7 +65,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-import httpx
 from PIL import Image
 
 from im_server.bench.cluster import ServerProcess, Stores, pg_dsn
@@ -73,6 +72,7 @@ from im_server.bench.common import report, run_with_server
 from im_server.bench.read_storm import make_users, pct, wait_persisted
 from im_server.bench.stack import Procs
 from im_server.client import ApiError, Client, Connection, ConnectionLost
+from im_server.client.transport import HttpPool, TransportError
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -239,7 +239,7 @@ async def upload_one(b: Bench, kind: Kind, cmid: str) -> Sent | None:
     t0 = time.perf_counter()
     try:
         upload_id = await b.sender.upload(data, kind.mime, kind.filename)
-    except (ApiError, httpx.HTTPError):
+    except (ApiError, TransportError):
         b.fails["upload_refused"] += 1
         return None
     t1 = time.perf_counter()
@@ -389,7 +389,7 @@ async def ticket_phase(b: Bench, n: int) -> dict[str, Any]:
         try:
             await b.sender.request("POST", "/v1/uploads", json=body)
             oks.append(True)
-        except (ApiError, httpx.HTTPError):
+        except (ApiError, TransportError):
             b.fails["upload_refused"] += 1
 
     cpu0 = b.stack.cpu()
@@ -619,7 +619,7 @@ async def verify(b: Bench) -> dict[str, int]:
         s = b.sent[i]
         try:
             data = await b.receiver.download(s.upload_id)
-        except (ApiError, httpx.HTTPError):
+        except (ApiError, TransportError):
             bad["download_failed"] += 1
             return
         if data != s.kind.payload(s.tag):
@@ -631,7 +631,7 @@ async def verify(b: Bench) -> dict[str, int]:
             with Image.open(io.BytesIO(thumb)) as img:
                 if img.format != "JPEG" or max(img.size) != THUMB_PX:
                     bad["bad_thumbnail"] += 1
-        except (ApiError, httpx.HTTPError, OSError):
+        except (ApiError, TransportError, OSError):
             bad["bad_thumbnail"] += 1
 
     await pool(len(b.sent), 8, check)
@@ -648,9 +648,7 @@ async def verify(b: Bench) -> dict[str, int]:
 async def setup(args: argparse.Namespace, stack: Stack, pg: asyncpg.Connection) -> Bench:
     run = uuid.uuid4().hex[:8]
     (a, ta), (r, tr) = await make_users(pg, 2, run)
-    http = httpx.AsyncClient(
-        timeout=60, limits=httpx.Limits(max_connections=4 * args.concurrency + 8)
-    )
+    http = HttpPool(timeout=60, max_connections=4 * args.concurrency + 8)
     sender = Client(stack.server.url, ta, user_id=a, http=http)
     receiver = Client(stack.server.url, tr, user_id=r, http=http)
     conv = await receiver.accept_friend(await sender.request_friend(r))

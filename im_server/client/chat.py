@@ -13,11 +13,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.markup import escape
 
-from im_server.client import ApiError, Client, ConnectionLost, Device, JsonObject
+from im_server.client import ApiError, Client, ConnectionLost, Device, JsonObject, TransportError
 from im_server.client.chat_text import (
     ATTACHMENTS,
     HELP,
@@ -388,7 +387,7 @@ class Chat:
                 self.console.print(f"[red]{e.status} {escape(e.code)}: {escape(e.message)}[/]")
             except (ValueError, IndexError):
                 self.console.print(escape(HELP))
-            except (ConnectionLost, TimeoutError, httpx.HTTPError) as e:
+            except (ConnectionLost, TimeoutError, TransportError) as e:
                 self.console.print(f"[red]server unreachable: {escape(str(e))}[/]")
         await self.device.aclose()
         printer.cancel()

@@ -16,13 +16,13 @@ import contextlib
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import orjson
 
 from im_server.client.errors import ApiError
 from im_server.client.http_chat import ChatApi
 from im_server.client.http_files import FilesApi
 from im_server.client.socket import Connection, EventCallback, open_connection, ws_url
+from im_server.client.transport import HttpPool
 from im_server.client.wire import JsonObject
 
 
@@ -44,7 +44,7 @@ class Client(ChatApi, FilesApi):
         display_name: str | None = None,
         *,
         device_id: str | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: HttpPool | None = None,
     ) -> Client:
         """Create the account, then log in: the returned client holds a token."""
         client = cls(base_url, http=http)
@@ -67,7 +67,7 @@ class Client(ChatApi, FilesApi):
         password: str,
         device_id: str | None = None,
         *,
-        http: httpx.AsyncClient | None = None,
+        http: HttpPool | None = None,
     ) -> Client:
         client = cls(base_url, http=http)
         try:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Self
 
-import httpx
 import orjson
 
 from im_server.client.errors import ApiError
 from im_server.client.socket import Connection
+from im_server.client.transport import HttpPool
 from im_server.client.wire import JsonObject
 
 UPLOAD_CHUNK = 256 * 1024  # bytes read and sent at a time by Client.upload_file
@@ -51,7 +51,7 @@ class ClientBase:
         token: str | None = None,
         *,
         user_id: int | None = None,
-        http: httpx.AsyncClient | None = None,
+        http: HttpPool | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
@@ -59,7 +59,7 @@ class ClientBase:
         self.username: str | None = None
         self.device_id: str | None = None
         self._own_http = http is None
-        self.http = http or httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=10.0))
+        self.http = http or HttpPool(timeout=30.0, connect_timeout=10.0)
         self._conns: set[Connection] = set()
 
     async def __aenter__(self) -> Self:
@@ -79,7 +79,7 @@ class ClientBase:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # httpx's own timeout
+        timeout: float | None = None,  # the pool's own timeout
     ) -> Any:
         """One REST call; the decoded JSON body, None for 204, :class:`ApiError` for any
         non-2xx. Public so that tests can send what the typed methods would not."""
@@ -95,7 +95,7 @@ class ClientBase:
             content=content,
             params=query or None,
             headers=headers,
-            timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            timeout=timeout,
         )
         if resp.status_code >= 300:
             raise ApiError.from_response(resp.status_code, resp.content)
@@ -110,7 +110,7 @@ class ClientBase:
         *,
         json: Any = None,
         params: Mapping[str, Any] | None = None,
-        timeout: float | None = None,  # httpx's own timeout
+        timeout: float | None = None,  # the pool's own timeout
     ) -> JsonObject:
         """:meth:`request` for a call whose answer is a JSON object."""
         data = await self.request(method, path, json=json, params=params, timeout=timeout)

@@ -41,8 +41,8 @@ def notify_url(url: str) -> str:
 
 
 class Gateway:
-    """A pooled HTTP client for one push gateway (aiohttp: a burst to a big group is
-    thousands of POSTs, and its client costs a fraction of httpx's CPU per request)."""
+    """A pooled HTTP client for one push gateway (aiohttp, the project's one HTTP client
+    library: a burst to a big group is thousands of POSTs)."""
 
     def __init__(self, url: str, timeout: float, concurrency: int) -> None:
         self.url = notify_url(url)

@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import expect  # in the test extras
 
+from im_server.client.transport import HttpPool
 from tests.e2e.pages import conv_item, message, my_message, send, shot, uname
 from tests.support import PASSWORD
 
@@ -48,7 +48,7 @@ async def register(page: Any, url: str, username: str) -> int:
     return int(await my_id.get_attribute("data-user-id"))
 
 
-async def rest_user(http: httpx.AsyncClient, username: str) -> tuple[int, dict[str, str]]:
+async def rest_user(http: HttpPool, username: str) -> tuple[int, dict[str, str]]:
     r = await http.post("/v1/users", json={"username": username, "password": PASSWORD})
     r.raise_for_status()
     s = (await http.post("/v1/sessions", json={"username": username, "password": PASSWORD})).json()
@@ -150,7 +150,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     await shot(bob, shots, "10-bob-recalled")
 
     # -- a group of three: "N read" under alice's message ------------------------------
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         carol_name = uname("carol")
         carol_id, carol_auth = await rest_user(http, carol_name)
         dave_name = uname("dave")
@@ -227,7 +227,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     # and more than a sync answer carries (recent=20) from alice's other device, so
     # that bob's client has to pull a seq range with history as well
     conv_id = f"s:{min(alice_id, bob_id)}:{max(alice_id, bob_id)}"
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         s = (
             await http.post("/v1/sessions", json={"username": alice_name, "password": PASSWORD})
         ).json()
@@ -254,7 +254,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
     await expect(my_message(alice, "while you were away 3")).to_have_attribute(
         "data-status", "read"
     )
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         s = (
             await http.post("/v1/sessions", json={"username": bob_name, "password": PASSWORD})
         ).json()
@@ -279,7 +279,7 @@ async def test_history_pages_back_to_the_start(server: Any, new_page: Any, shots
     """130 messages, a new device: the newest arrive with sync, scrolling up pulls the
     older ones page by page down to seq 1, each exactly once."""
     url = server.url
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         carol_name, dan_name = uname("carol"), uname("dan")
         carol_id, carol_auth = await rest_user(http, carol_name)
         dan_id, dan_auth = await rest_user(http, dan_name)

@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import expect  # in the test extras
 
 from im_server.client import Client
+from im_server.client.transport import HttpPool
 from tests.e2e.pages import conv_item, log_in, shot, uname
 from tests.support import PASSWORD, befriend, eventually, persisted, send_ok
 
@@ -33,7 +33,7 @@ REVOKED = [(401, "/v1/")]
 
 async def create_user(url: str) -> str:
     username = uname("dana")
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         r = await http.post("/v1/users", json={"username": username, "password": PASSWORD})
         r.raise_for_status()
     return username
@@ -256,7 +256,7 @@ async def test_delete_my_account(server: Any, new_page: Any, shots: Path) -> Non
 
     await eventually(session_forgotten, timeout=10)
     assert asked == ["Delete your account for good? This cannot be undone."] * 2
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with HttpPool(base_url=url, timeout=10) as http:
         r = await http.post("/v1/sessions", json={"username": name, "password": PASSWORD})
         assert r.status_code == 401, r.text
         r = await http.post("/v1/users", json={"username": name, "password": PASSWORD})

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client
+from im_server.client.transport import HttpPool, TransportError
 from im_server.protocol.ids import group_conv_id
 from tests.support import (
     PASSWORD,
@@ -172,7 +172,7 @@ async def test_wrong_password_changes_nothing(make: Make, url: str) -> None:
 )
 async def test_bad_bodies_change_nothing(make: Make, url: str, body: Any) -> None:
     me = await make("bb")
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         r = await http.request(
             "DELETE", f"{url}/v1/me", json=body, headers={"Authorization": f"Bearer {me.token}"}
         )
@@ -218,7 +218,7 @@ async def test_deletion_killed_half_way_is_finished_by_the_next_server(
                 await asyncio.sleep(0.01)
             assert waiting, "the clean-up never waited on the lock"
             srv.kill9()
-            with pytest.raises((ApiError, httpx.HTTPError)):
+            with pytest.raises((ApiError, TransportError)):
                 await deleting
             # killed half-way: the deletion is committed, its clean-up is not (checked
             # under the lock: no other process's sweep can finish it meanwhile)
@@ -303,7 +303,7 @@ async def test_export_streams_my_data(make: Make, url: str) -> None:
     assert all(m["sender_id"] == me.user_id for m in data["messages"])
     texts = str([m["content"] for m in data["messages"]])
     assert "single 0" in texts and "group 1" in texts and "not mine" not in texts, texts
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         r = await http.get(f"{url}/v1/me/export")
     assert r.status_code == 401
 

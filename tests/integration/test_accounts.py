@@ -8,10 +8,10 @@ import uuid
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, Connection
+from im_server.client.transport import HttpPool, Response
 from tests.support import PASSWORD, ServerProcess, Stores, new_user
 
 
@@ -19,13 +19,13 @@ def uname(prefix: str = "u") -> str:
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
-async def post(url: str, path: str, body: Any) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30.0) as http:
+async def post(url: str, path: str, body: Any) -> Response:
+    async with HttpPool(timeout=30.0) as http:
         return await http.post(url + path, json=body)
 
 
 def assert_error(
-    resp: httpx.Response, statuses: tuple[int, ...], code: str | None = None
+    resp: Response, statuses: tuple[int, ...], code: str | None = None
 ) -> dict[str, Any]:
     assert resp.status_code in statuses, (resp.status_code, resp.text)
     body = resp.json()
@@ -107,7 +107,7 @@ async def test_register_validation(url: str, body: dict[str, Any]) -> None:
 
 
 async def test_register_not_json_is_4xx(url: str) -> None:
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    async with HttpPool(timeout=30.0) as http:
         resp = await http.post(
             url + "/v1/users", content=b"not json", headers={"Content-Type": "application/json"}
         )
@@ -138,7 +138,7 @@ async def test_login_with_and_without_device_id(url: str) -> None:
     assert body2["token"] != body["token"]
 
     # both sessions are live at once
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    async with HttpPool(timeout=30.0) as http:
         for token in (body["token"], body2["token"]):
             me = await http.get(url + "/v1/me", headers={"Authorization": f"Bearer {token}"})
             assert me.status_code == 200 and me.json()["user_id"] == user_id
@@ -188,7 +188,7 @@ async def test_me(url: str) -> None:
     ids=["missing", "empty", "garbage", "basic", "huge"],
 )
 async def test_me_without_valid_token_is_401(url: str, headers: dict[str, str]) -> None:
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    async with HttpPool(timeout=30.0) as http:
         resp = await http.get(url + "/v1/me", headers=headers)
     assert_error(resp, (401,), "unauthorized")
 

@@ -8,15 +8,15 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import orjson
 import psutil
 import pytest
 
 from im_server.client import Client
+from im_server.client.transport import HttpPool, request_sync
 from tests import rawhttp
 from tests.support import ServerProcess, Stores
 
@@ -88,19 +88,19 @@ def test_chunked_body_over_the_limit_is_refused(server: ServerProcess) -> None:
     _too_large(answer)
 
 
-def test_chunked_body_under_the_limit_goes_through(url: str) -> None:
+async def test_chunked_body_under_the_limit_goes_through(url: str) -> None:
     body = orjson.dumps({"username": "nobody-here", "password": "wrong-password"})
 
-    def chunks() -> Iterator[bytes]:
+    async def chunks() -> AsyncIterator[bytes]:
         yield body[:10]
         yield body[10:]
 
-    r = httpx.post(
-        url + "/v1/sessions",
-        content=chunks(),  # sent chunked: no length known in advance
-        headers={"Content-Type": "application/json"},
-        timeout=10,
-    )
+    async with HttpPool(timeout=10) as http:
+        r = await http.post(
+            url + "/v1/sessions",
+            content=chunks(),  # sent chunked: no length known in advance
+            headers={"Content-Type": "application/json"},
+        )
     assert r.status_code == 401, r.text
 
 
@@ -182,7 +182,7 @@ def test_memory_does_not_grow_by_the_body(stores: Stores) -> None:
     try:
         assert srv.proc is not None
         pid = srv.proc.pid
-        httpx.get(srv.url + "/healthz", timeout=5)
+        request_sync("GET", srv.url + "/healthz", timeout=5)
         rss_before = psutil.Process(pid).memory_info().rss
         hwm_before = _peak_rss(pid)
         with _RssWatch(pid) as watch:
@@ -209,6 +209,6 @@ def test_memory_does_not_grow_by_the_body(stores: Stores) -> None:
                 assert answer.closed
         growth = max(watch.peak - rss_before, _peak_rss(pid) - hwm_before)
         assert growth < 16 * 1024 * 1024, f"the server grew by {growth / 2**20:.1f} MiB"
-        assert httpx.get(srv.url + "/healthz", timeout=5).status_code == 200
+        assert request_sync("GET", srv.url + "/healthz", timeout=5).status_code == 200
     finally:
         srv.terminate()

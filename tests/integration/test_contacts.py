@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, single_conv_id
+from im_server.client.transport import Response
 from tests.support import Stores, befriend, eventually, new_user, pg
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
@@ -25,7 +25,7 @@ async def carol(url: str) -> AsyncIterator[Client]:
     await c.aclose()
 
 
-async def _raw(c: Client, method: str, path: str, json: Any = None) -> httpx.Response:
+async def _raw(c: Client, method: str, path: str, json: Any = None) -> Response:
     """A REST call whose status code the test wants to see (201 vs 200)."""
     return await c.http.request(
         method, c.base_url + path, json=json, headers={"Authorization": f"Bearer {c.token}"}

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from im_server.client import Client, Connection
+from im_server.client.transport import HttpPool, TransportError
 from im_server.runtime.embedded import EmbeddedPostgres, read_password, start_redis
 from tests.support import (
     PASSWORD,
@@ -457,8 +457,8 @@ async def test_sigterm_is_graceful(stores: Stores, tmp_path: Path) -> None:
             await asyncio.wait_for(c.closed.wait(), 5)
             assert c.close_code in (1012, 1001), (c.close_code, c.close_reason)
         assert rc is not None and took < 8, f"graceful shutdown took {took:.1f} s"
-        async with httpx.AsyncClient() as h:
-            with pytest.raises(httpx.HTTPError):
+        async with HttpPool() as h:
+            with pytest.raises(TransportError):
                 await h.get(srv.url + "/healthz", timeout=1)
         await a.aclose()
         await b.aclose()

@@ -12,12 +12,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 import redis.asyncio as aioredis
 
 from im_server.client import ApiError
+from im_server.client.transport import request_sync
 from im_server.runtime.embedded import start_postgres
 from im_server.storage.redis import keys as redis_keys
 from tests.support import (
@@ -51,8 +51,10 @@ async def test_send_is_let_through_when_the_lookup_fails(tmp_path: Path) -> None
         assert metric(srv.url, "im_permission_lookup_failures_total") >= before + 1
         assert "letting the send through" in srv.log_tail(200)
         # the process stays up, says it is not ready, and answers reads with 503 at once
-        assert (await asyncio.to_thread(httpx.get, srv.url + "/healthz")).status_code == 200
-        ready = await asyncio.to_thread(httpx.get, srv.url + "/readyz")
+        assert (
+            await asyncio.to_thread(request_sync, "GET", srv.url + "/healthz")
+        ).status_code == 200
+        ready = await asyncio.to_thread(request_sync, "GET", srv.url + "/readyz")
         assert ready.status_code == 503 and ready.json()["postgres"] is False
         t0 = time.monotonic()
         with pytest.raises(ApiError) as e:
@@ -151,5 +153,5 @@ async def test_group_send_is_refused_when_membership_cannot_be_checked(tmp_path:
 
 
 async def _ready(url: str) -> bool:
-    r = await asyncio.to_thread(httpx.get, url + "/readyz")
+    r = await asyncio.to_thread(request_sync, "GET", url + "/readyz")
     return r.status_code == 200

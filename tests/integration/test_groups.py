@@ -12,10 +12,10 @@ from collections.abc import Awaitable
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id
+from im_server.client.transport import HttpPool
 from tests.support import PASSWORD, Make, ServerProcess, Stores, eventually, new_user, pg
 from tests.support import persisted as _persisted
 from tests.support import send_ok as _send
@@ -520,8 +520,7 @@ async def test_one_add_call_joins_rejoins_and_skips(make: Make) -> None:
 
 
 async def _register_many(url: str, n: int) -> list[int]:
-    limits = httpx.Limits(max_connections=16)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as h:
+    async with HttpPool(base_url=url, timeout=60, max_connections=16) as h:
 
         async def one() -> int:
             body = {"username": f"bulk{uuid.uuid4().hex[:12]}", "password": PASSWORD}

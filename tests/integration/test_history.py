@@ -65,8 +65,7 @@ def seqs(data: dict[str, Any]) -> list[int]:
 
 
 def path(conv: str) -> str:
-    # the query goes in ``params=``: httpx drops a query string written into the URL
-    # when ``params`` is also given, and Client.request always gives it
+    # the query goes in ``params=`` (Client.request's own), never written into the path
     return "/v1/conversations/" + quote(conv, safe=":") + "/messages"
 
 

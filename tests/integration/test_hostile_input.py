@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from im_server.client import ApiError, Client, Connection
+from im_server.client.transport import HttpPool, Response, TransportError
 from tests.support import (
     PASSWORD,
     ServerProcess,
@@ -499,7 +499,7 @@ async def rest(
     params: dict[str, str] | None = None,
     content_type: str | None = "application/json",
     timeout: float = 15.0,
-) -> httpx.Response:
+) -> Response:
     """One raw request on its own connection (a server that fails a request may drop a
     kept-alive connection; a fresh one keeps the examples independent)."""
     headers: dict[str, str] = {}
@@ -507,11 +507,11 @@ async def rest(
         headers["Authorization"] = f"Bearer {token}"
     if body is not None and content_type:
         headers["Content-Type"] = content_type
-    async with httpx.AsyncClient(timeout=timeout) as http:
+    async with HttpPool(timeout=timeout) as http:
         return await http.request(method, url + path, content=body, params=params, headers=headers)
 
 
-def check_error_body(resp: httpx.Response, where: Any) -> dict[str, Any]:
+def check_error_body(resp: Response, where: Any) -> dict[str, Any]:
     assert resp.status_code < 500, (where, resp.status_code, resp.text[:300])
     try:
         body = resp.json()
@@ -527,7 +527,7 @@ def check_error_body(resp: httpx.Response, where: Any) -> dict[str, Any]:
     return err  # type: ignore[no-any-return]
 
 
-def check_answer(resp: httpx.Response, where: Any) -> None:
+def check_answer(resp: Response, where: Any) -> None:
     """Never 5xx; any 4xx carries the contract's error body."""
     assert resp.status_code < 500, (where, resp.status_code, resp.text[:300])
     if resp.status_code >= 400:
@@ -1123,7 +1123,7 @@ async def test_every_rest_endpoint_answers_4xx_not_5xx(env: Env, req: dict[str, 
             content_type=req["ctype"],
             timeout=40.0,
         )
-    except httpx.TransportError as e:
+    except TransportError as e:
         raise AssertionError(
             f"connection failed for {req['method']} {path} {req['params']}: {e!r}"
         ) from e

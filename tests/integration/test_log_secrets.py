@@ -10,12 +10,12 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
 from im_server.client import ApiError, Client
+from im_server.client.transport import HttpPool
 from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually, new_user, send_ok
 
 
@@ -66,7 +66,7 @@ async def test_no_secret_in_the_log(stores: Stores, fmt: str) -> None:
         with pytest.raises(ApiError) as refused:
             await Client.login(url, alice.username, wrong_password)
         assert refused.value.status == 401
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with HttpPool(timeout=10) as http:
             r = await http.get(
                 url + "/v1/me", headers={"Authorization": f"Bearer {bad_rest_token}"}
             )
@@ -79,7 +79,7 @@ async def test_no_secret_in_the_log(stores: Stores, fmt: str) -> None:
                 await raw.send('{"type":"ping"}')
                 assert orjson.loads(await raw.recv())["type"] == "pong"
         # a token in the URL of anything but the WebSocket is refused, in any spelling
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with HttpPool(timeout=10) as http:
             for spelled in ("token", "%74oken", "TOKEN", "access_token"):
                 r = await http.get(
                     f"{url}/v1/me?{spelled}={alice.token}",

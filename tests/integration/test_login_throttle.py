@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from im_server.client import Client
+from im_server.client.transport import HttpPool, Response
 from im_server.config import Settings
 from im_server.storage.redis import keys
 from tests.support import PASSWORD, ServerProcess, Stores, metric, new_addr, new_user, rds
@@ -59,14 +59,12 @@ async def loopback_uncounted(stores: Stores) -> None:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=60) as h:
+async def http() -> AsyncIterator[HttpPool]:
+    async with HttpPool(timeout=60) as h:
         yield h
 
 
-async def attempt(
-    http: httpx.AsyncClient, url: str, username: str, password: str, addr: str
-) -> httpx.Response:
+async def attempt(http: HttpPool, url: str, username: str, password: str, addr: str) -> Response:
     return await http.post(
         url + "/v1/sessions",
         json={"username": username, "password": password},
@@ -74,17 +72,17 @@ async def attempt(
     )
 
 
-def statuses(rs: list[httpx.Response]) -> list[int]:
+def statuses(rs: list[Response]) -> list[int]:
     return [r.status_code for r in rs]
 
 
-def assert_throttled(r: httpx.Response) -> None:
+def assert_throttled(r: Response) -> None:
     assert r.status_code == 429, (r.status_code, r.text)
     assert r.json()["error"]["code"] == "rate_limited", r.text
 
 
 async def test_a_burst_for_one_username_is_throttled_after_the_limit(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     victim = await new_user(guarded.url, "victim")
     addr = new_addr()
@@ -120,7 +118,7 @@ async def test_a_burst_for_one_username_is_throttled_after_the_limit(
 
 
 async def test_an_unknown_username_is_throttled_like_a_known_one(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     ghost = f"ghost{uuid.uuid4().hex[:10]}"
     got = [
@@ -130,9 +128,7 @@ async def test_an_unknown_username_is_throttled_like_a_known_one(
     assert got == [401] * USER_MAX + [429] * 3, got
 
 
-async def test_too_many_failures_from_one_address(
-    guarded: ServerProcess, http: httpx.AsyncClient
-) -> None:
+async def test_too_many_failures_from_one_address(guarded: ServerProcess, http: HttpPool) -> None:
     """Each username tried once (no username limit is reached), all from one address."""
     addr = new_addr()
     real = await new_user(guarded.url, "real")
@@ -154,7 +150,7 @@ async def test_too_many_failures_from_one_address(
 
 
 async def test_a_burst_of_usernames_from_one_address_is_throttled_after_the_limit(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     """Each username once, all at the same time, from one address: exactly ADDR_MAX are
     checked, however the attempts interleave on the two counters."""
@@ -173,7 +169,7 @@ async def test_a_burst_of_usernames_from_one_address_is_throttled_after_the_limi
 
 
 async def test_a_successful_login_clears_the_username_count(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     me = await new_user(guarded.url, "clears")
     name = me.username or ""
@@ -193,7 +189,7 @@ async def test_a_successful_login_clears_the_username_count(
 
 
 async def test_successful_logins_do_not_count_against_the_address(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     addr = new_addr()
     me = await new_user(guarded.url, "many")
@@ -206,7 +202,7 @@ async def test_successful_logins_do_not_count_against_the_address(
 
 
 async def test_wrong_old_password_counts_as_a_failed_login(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     me = await new_user(guarded.url, "pwthrottle")
     try:
@@ -233,7 +229,7 @@ async def test_wrong_old_password_counts_as_a_failed_login(
 
 
 async def test_wrong_password_on_account_deletion_counts_as_a_failed_login(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     me = await new_user(guarded.url, "delthrottle")
     try:
@@ -262,7 +258,7 @@ async def test_wrong_password_on_account_deletion_counts_as_a_failed_login(
 
 
 async def test_unknown_usernames_take_as_long_as_wrong_passwords(
-    guarded: ServerProcess, http: httpx.AsyncClient
+    guarded: ServerProcess, http: HttpPool
 ) -> None:
     """Medians over 10 tries each, interleaved, at the product's argon2 cost: an unknown
     username is verified against a dummy hash of the same cost."""
@@ -303,7 +299,7 @@ async def test_logins_work_while_redis_is_down(tmp_path: Path) -> None:
         before = metric(srv.url, "im_login_throttle_unavailable_total")
         again = await Client.login(srv.url, me.username or "", PASSWORD)
         assert (await again.me())["user_id"] == me.user_id
-        async with httpx.AsyncClient(timeout=30) as h:
+        async with HttpPool(timeout=30) as h:
             bad: list[Any] = [
                 (await attempt(h, srv.url, me.username or "", "wrong", "203.0.113.9")).status_code
                 for _ in range(USER_MAX + 2)

@@ -13,10 +13,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from im_server.client import Client
+from im_server.client.transport import HttpPool, Response
 from tests.support import ServerProcess, Stores, befriend, metric, new_addr, new_user
 
 USER_MAX, ADDR_MAX = 5, 8
@@ -35,14 +35,12 @@ def counted(stores: Stores) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as h:
+async def http() -> AsyncIterator[HttpPool]:
+    async with HttpPool(timeout=30) as h:
         yield h
 
 
-async def lookup(
-    http: httpx.AsyncClient, url: str, me: Client, username: str, addr: str
-) -> httpx.Response:
+async def lookup(http: HttpPool, url: str, me: Client, username: str, addr: str) -> Response:
     return await http.get(
         url + "/v1/users/lookup",
         params={"username": username},
@@ -50,13 +48,13 @@ async def lookup(
     )
 
 
-def assert_throttled(r: httpx.Response) -> None:
+def assert_throttled(r: Response) -> None:
     assert r.status_code == 429, (r.status_code, r.text)
     assert r.json()["error"]["code"] == "rate_limited", r.text
 
 
 async def test_a_user_past_the_limit_is_refused_found_or_not(
-    counted: ServerProcess, http: httpx.AsyncClient
+    counted: ServerProcess, http: HttpPool
 ) -> None:
     me = await new_user(counted.url, "looker")
     known = await new_user(counted.url, "known")
@@ -77,9 +75,7 @@ async def test_a_user_past_the_limit_is_refused_found_or_not(
         await known.aclose()
 
 
-async def profile(
-    http: httpx.AsyncClient, url: str, me: Client, uid: int, addr: str
-) -> httpx.Response:
+async def profile(http: HttpPool, url: str, me: Client, uid: int, addr: str) -> Response:
     return await http.get(
         f"{url}/v1/users/{uid}",
         headers={"Authorization": f"Bearer {me.token}", "X-Forwarded-For": addr},
@@ -87,7 +83,7 @@ async def profile(
 
 
 async def test_profiles_of_strangers_share_the_lookup_budget(
-    counted: ServerProcess, http: httpx.AsyncClient
+    counted: ServerProcess, http: HttpPool
 ) -> None:
     """``GET /v1/users/{id}`` can't walk the (sequential) ids either: a stranger's profile,
     or an id that names nobody, spends a lookup; the profiles of people I share a
@@ -125,9 +121,7 @@ async def test_profiles_of_strangers_share_the_lookup_budget(
             await c.aclose()
 
 
-async def test_a_parallel_burst_is_counted_exactly(
-    counted: ServerProcess, http: httpx.AsyncClient
-) -> None:
+async def test_a_parallel_burst_is_counted_exactly(counted: ServerProcess, http: HttpPool) -> None:
     me = await new_user(counted.url, "burst")
     try:
         addr = new_addr()
@@ -144,7 +138,7 @@ async def test_a_parallel_burst_is_counted_exactly(
 
 
 async def test_many_users_from_one_address_are_counted_together(
-    counted: ServerProcess, http: httpx.AsyncClient
+    counted: ServerProcess, http: HttpPool
 ) -> None:
     addr = new_addr()
     users = [await new_user(counted.url, "farm") for _ in range(3)]
@@ -165,7 +159,7 @@ async def test_many_users_from_one_address_are_counted_together(
 
 
 async def test_bad_names_are_refused_before_anything_is_counted(
-    counted: ServerProcess, http: httpx.AsyncClient
+    counted: ServerProcess, http: HttpPool
 ) -> None:
     """A query FastAPI refuses (empty, too long) never reaches the counters."""
     me = await new_user(counted.url, "badq")
@@ -187,7 +181,7 @@ async def test_lookups_go_on_uncounted_while_redis_is_down(tmp_path: Path) -> No
         me = await new_user(srv.url, "down")
         other = await new_user(srv.url, "other")
         stores.redis.stop()
-        async with httpx.AsyncClient(timeout=30) as h:
+        async with HttpPool(timeout=30) as h:
             for _ in range(USER_MAX + 2):
                 r = await lookup(h, srv.url, me, other.username or "", new_addr())
                 assert r.status_code == 200, r.text

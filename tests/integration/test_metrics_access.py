@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
+from im_server.client.transport import Response, request_sync
 from im_server.runtime.embedded import free_port
 from tests.support import ServerProcess, Stores
 
@@ -35,13 +35,13 @@ def with_listener(stores: Stores) -> Iterator[tuple[ServerProcess, str]]:
     srv.terminate()
 
 
-def _is_metrics(r: httpx.Response) -> None:
+def _is_metrics(r: Response) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     assert "# TYPE im_sends_total counter" in r.text
 
 
-def _refused(r: httpx.Response) -> None:
+def _refused(r: Response) -> None:
     assert r.status_code == 401, r.text
     assert r.json()["error"]["code"] == "unauthorized"
     assert r.headers["www-authenticate"] == "Bearer"
@@ -54,32 +54,38 @@ def _refused(r: httpx.Response) -> None:
 )
 def test_token_is_required(with_token: ServerProcess, authorization: str | None) -> None:
     headers = {} if authorization is None else {"Authorization": authorization}
-    _refused(httpx.get(with_token.url + "/metrics", headers=headers, timeout=10))
+    _refused(request_sync("GET", with_token.url + "/metrics", headers=headers, timeout=10))
 
 
 def test_token_opens_the_metrics(with_token: ServerProcess) -> None:
     for scheme in ("Bearer", "bearer"):
-        r = httpx.get(
+        r = request_sync(
+            "GET",
             with_token.url + "/metrics",
             headers={"Authorization": f"{scheme} {TOKEN}"},
             timeout=10,
         )
         _is_metrics(r)
     # the rest of the API is not affected
-    assert httpx.get(with_token.url + "/healthz", timeout=10).status_code == 200
+    assert request_sync("GET", with_token.url + "/healthz", timeout=10).status_code == 200
 
 
 def test_listener_serves_the_metrics_and_the_main_port_does_not(
     with_listener: tuple[ServerProcess, str],
 ) -> None:
     srv, metrics_url = with_listener
-    main = httpx.get(srv.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    main = request_sync(
+        "GET", srv.url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    )
     assert main.status_code == 404, main.text
     assert main.json()["error"]["code"] == "not_found"
-    _refused(httpx.get(metrics_url + "/metrics", timeout=10))
+    _refused(request_sync("GET", metrics_url + "/metrics", timeout=10))
     _is_metrics(
-        httpx.get(
-            metrics_url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+        request_sync(
+            "GET",
+            metrics_url + "/metrics",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
         )
     )
 
@@ -88,7 +94,7 @@ def test_listener_without_token(stores: Stores) -> None:
     port = free_port()
     srv = ServerProcess(env={**stores.env(), "IM_METRICS_LISTEN": f"127.0.0.1:{port}"}).start()
     try:
-        _is_metrics(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10))
-        assert httpx.get(srv.url + "/metrics", timeout=10).status_code == 404
+        _is_metrics(request_sync("GET", f"http://127.0.0.1:{port}/metrics", timeout=10))
+        assert request_sync("GET", srv.url + "/metrics", timeout=10).status_code == 404
     finally:
         assert srv.terminate() == 0

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import psutil
 import pytest
 
+from im_server.client.transport import HttpPool, TransportError, request_sync
 from im_server.config import Settings, load_settings
 from im_server.errors import is_store_error
 from im_server.runtime.embedded import (
@@ -111,7 +111,7 @@ async def test_bucket_answers_browser_preflights(objects: ObjectStore) -> None:
     data = b"\x89PNG...."
     url, headers = await objects.presign_put("up/cors.png", "image/png", len(data), 60)
     ask = {"Origin": PAGE_ORIGIN, "Access-Control-Request-Headers": "content-type"}
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         for method, target in (("PUT", url), ("GET", await objects.presign_get("up/cors.png", 60))):
             r = await http.options(target, headers={**ask, "Access-Control-Request-Method": method})
             assert r.status_code in (200, 204), r.text
@@ -140,7 +140,7 @@ async def test_presigned_put_then_head_and_get(objects: ObjectStore) -> None:
     data = os.urandom(3000)
     url, headers = await objects.presign_put("up/a.png", "image/png", len(data), 60)
     assert headers == {"Content-Type": "image/png", "Content-Length": "3000"}
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         r = await http.put(url, content=data, headers=headers)
         assert r.status_code == 200, r.text
         assert await objects.head("up/a.png") == ObjectInfo(3000, "image/png")
@@ -161,7 +161,7 @@ async def test_presigned_put_then_head_and_get(objects: ObjectStore) -> None:
 
 async def test_put_must_match_what_was_signed(objects: ObjectStore) -> None:
     url, headers = await objects.presign_put("up/b", "image/png", 10, 60)
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         longer = await http.put(url, content=b"x" * 11, headers={"Content-Type": "image/png"})
         assert longer.status_code == 403
         other_type = {**headers, "Content-Type": "text/html"}
@@ -175,7 +175,7 @@ async def test_put_must_match_what_was_signed(objects: ObjectStore) -> None:
 async def test_unsigned_requests_are_refused(objects: ObjectStore, stores: Stores) -> None:
     await objects.put("secret-doc", b"private", "text/plain")
     where = f"{stores.s3.endpoint}/{objects.bucket}"
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         assert (await http.get(f"{where}/secret-doc")).status_code == 403
         assert (await http.put(f"{where}/new", content=b"x")).status_code == 403
         assert (await http.get(f"{where}/")).status_code == 403  # listing
@@ -188,7 +188,7 @@ async def test_expired_urls_are_refused(objects: ObjectStore) -> None:
     put_url, headers = await objects.presign_put("late", "text/plain", 4, 1)
     get_url = await objects.presign_get("old", 1)
     await asyncio.sleep(2.1)  # the URLs were signed to live 1 s
-    async with httpx.AsyncClient() as http:
+    async with HttpPool() as http:
         assert (await http.put(put_url, content=b"data", headers=headers)).status_code == 403
         assert (await http.get(get_url)).status_code == 403
     assert await objects.head("late") is None
@@ -236,7 +236,7 @@ async def test_public_endpoint_is_in_presigned_urls(stores: Stores) -> None:
         # what the proxy does: same path and query, same Host, to the store itself
         parts = urlsplit(url)
         inside = f"{stores.s3.endpoint}{parts.path}?{parts.query}"
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             r = await http.put(inside, content=b"hi", headers={**headers, "Host": parts.netloc})
             assert r.status_code == 200, r.text
             plain = await http.put(inside, content=b"hi", headers=headers)
@@ -256,7 +256,7 @@ async def test_embedded_store_knows_the_public_address(
         await store.ensure_bucket()
         url, headers = await store.presign_put("p", "text/plain", 2, 60)
         parts = urlsplit(url)
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             r = await http.put(
                 f"{s3.endpoint}{parts.path}?{parts.query}", content=b"hi", headers=headers
             )
@@ -406,8 +406,8 @@ def _listening(pid: int) -> list[int]:
 def _plain_http(port: int, method: str, path: str) -> int | None:
     """The status of an anonymous plain-HTTP request, None when the connection is cut."""
     try:
-        return httpx.request(method, f"http://127.0.0.1:{port}{path}", timeout=5).status_code
-    except httpx.TransportError:
+        return request_sync(method, f"http://127.0.0.1:{port}{path}", timeout=5).status_code
+    except TransportError:
         return None
 
 
@@ -462,7 +462,7 @@ def test_every_port_of_the_object_store_refuses_anonymous_callers(stores: Stores
         ("DELETE", "/im-uploads/x"),
         ("DELETE", "/im-uploads"),
     ]:
-        r = httpx.request(method, base + path, content=b"x" if method == "PUT" else None)
+        r = request_sync(method, base + path, content=b"x" if method == "PUT" else None)
         assert r.status_code == 403, (method, path, r.status_code, r.text[:200])
     for port in ports:
         if port == s3:

@@ -20,25 +20,25 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from im_server.app import create_app
+from im_server.client import request_sync
 from tests.support import PASSWORD
 
 
 @pytest.fixture
 def fuzz_user(url: str) -> dict[str, Any]:
     username = f"fuzz{uuid.uuid4().hex[:10]}"
-    with httpx.Client(base_url=url, timeout=30) as http:
-        r = http.post("/v1/users", json={"username": username, "password": PASSWORD})
-        assert r.status_code == 201, r.text
-        r = http.post("/v1/sessions", json={"username": username, "password": PASSWORD})
-        assert r.status_code == 200, r.text
-        return {"username": username, **r.json()}
+    body = {"username": username, "password": PASSWORD}
+    r = request_sync("POST", f"{url}/v1/users", json=body, timeout=30)
+    assert r.status_code == 201, r.text
+    r = request_sync("POST", f"{url}/v1/sessions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    return {"username": username, **r.json()}
 
 
 DOCUMENT = create_app().openapi()
@@ -46,14 +46,15 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 
 def test_fuzzed_document_is_the_served_one(url: str) -> None:
-    served = httpx.get(f"{url}/openapi.json", timeout=30)
+    served = request_sync("GET", f"{url}/openapi.json", timeout=30)
     assert served.status_code == 200
     assert served.json() == DOCUMENT
     assert len(list(schema.get_all_operations())) >= 25
 
 
 def _fresh_token(url: str, user: dict[str, Any]) -> str:
-    r = httpx.post(
+    r = request_sync(
+        "POST",
         f"{url}/v1/sessions",
         json={"username": user["username"], "password": PASSWORD},
         timeout=30,

@@ -7,16 +7,16 @@ import re
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client
+from im_server.client.transport import HttpPool, Response, TransportError
 from im_server.runtime.embedded import start_redis
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user
 
 
-async def get(url: str, path: str, timeout: float = 10.0) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=timeout) as http:
+async def get(url: str, path: str, timeout: float = 10.0) -> Response:
+    async with HttpPool(timeout=timeout) as http:
         return await http.get(url + path)
 
 
@@ -69,7 +69,7 @@ async def test_metrics_prometheus_text(pair: tuple[Client, Client, str], url: st
 async def _status(url: str, path: str) -> int | None:
     try:
         return (await get(url, path, timeout=5.0)).status_code
-    except httpx.HTTPError:
+    except TransportError:
         return None
 
 

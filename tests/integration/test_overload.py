@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from im_server.client.transport import HttpPool, Response
 from tests.support import ServerProcess, Stores, new_user, pg
 
 POLLS_PER_USER = 4
@@ -47,9 +47,9 @@ async def test_a_storm_of_long_polls_of_one_user_is_bounded(tight: ServerProcess
     try:
         since = (await me.sync(since=0))["version"]
         headers = {"Authorization": f"Bearer {me.token}"}
-        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=300)) as h:
+        async with HttpPool(timeout=60, max_connections=300) as h:
 
-            async def poll() -> httpx.Response:
+            async def poll() -> Response:
                 return await h.get(
                     tight.url + "/v1/sync", params={"since": since, "wait": "3"}, headers=headers
                 )
@@ -88,7 +88,7 @@ async def test_a_saturated_pool_is_a_clean_503(tight: ServerProcess, stores: Sto
     try:
         assert await me.conversations() == []  # the token is checked (and cached) now
         headers = {"Authorization": f"Bearer {me.token}"}
-        async with pg(stores) as db, httpx.AsyncClient(timeout=60) as h:
+        async with pg(stores) as db, HttpPool(timeout=60) as h:
             # every read of the conversations waits on this lock: two requests hold the
             # pool's two connections, the others wait for one past the store timeout
             tx = db.transaction()

@@ -10,10 +10,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, Connection
+from im_server.client.transport import Response
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user
 
 SEND_PER_S, SEND_BURST = 5, 10
@@ -71,7 +71,7 @@ async def _errors(conn: Connection, settle: float = 0.3) -> list[dict[str, Any]]
     return out
 
 
-async def _rest_send(c: Client, conv: str) -> httpx.Response:
+async def _rest_send(c: Client, conv: str) -> Response:
     body = {"client_msg_id": uuid.uuid4().hex, "content_type": "text", "content": {"text": "rest"}}
     return await c.http.post(
         f"{c.base_url}/v1/conversations/{conv}/messages",

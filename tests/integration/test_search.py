@@ -10,10 +10,10 @@ import base64
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, group_conv_id, single_conv_id
+from im_server.client.transport import HttpPool
 from tests.support import Make, Stores, befriend, eventually, new_user, persisted, pg
 from tests.support import send_ok as _send
 
@@ -636,7 +636,7 @@ async def test_bad_input_is_400(make: Make) -> None:
 
 async def test_search_needs_a_token(url: str) -> None:
     for headers in ({}, {"Authorization": "Bearer garbage"}, {"Authorization": "Basic x"}):
-        async with httpx.AsyncClient() as http:
+        async with HttpPool() as http:
             r = await http.get(url + "/v1/search", params={"q": "hello"}, headers=headers)
         assert r.status_code == 401, (headers, r.text)
         assert r.json()["error"]["code"] == "unauthorized"

@@ -5,12 +5,13 @@ was."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from im_server.client import Client
+from im_server.client.transport import HttpPool
 from tests import rawhttp
 from tests.support import ServerProcess, Stores
 
@@ -42,12 +43,12 @@ def store_origin(stores: Stores) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _has_base(headers: dict[str, str] | httpx.Headers) -> None:
+def _has_base(headers: Mapping[str, str]) -> None:
     for name, value in BASE.items():
         assert headers.get(name) == value, (name, dict(headers))
 
 
-def _has_page_policies(headers: httpx.Headers, store_origin: str) -> None:
+def _has_page_policies(headers: Mapping[str, str], store_origin: str) -> None:
     _has_base(headers)
     csp = {d.strip() for d in headers["content-security-policy"].split(";")}
     assert csp == csp_directives(store_origin), csp
@@ -75,7 +76,7 @@ def _has_page_policies(headers: httpx.Headers, store_origin: str) -> None:
 async def test_every_response_carries_the_headers(
     url: str, store_origin: str, method: str, path: str, status: int
 ) -> None:
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with HttpPool(timeout=10) as http:
         r = await http.request(method, url + path, json={} if method == "POST" else None)
     assert r.status_code == status, r.text
     _has_page_policies(r.headers, store_origin)
@@ -84,7 +85,7 @@ async def test_every_response_carries_the_headers(
 async def test_api_docs_page_keeps_its_scripts(url: str) -> None:
     """The interactive docs load Swagger UI from a CDN and start it inline: they get the
     base headers, not the web client's CSP."""
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with HttpPool(timeout=10) as http:
         r = await http.get(url + "/docs")
     assert r.status_code == 200
     _has_base(r.headers)
@@ -94,7 +95,7 @@ async def test_api_docs_page_keeps_its_scripts(url: str) -> None:
 async def test_authenticated_json_carries_the_headers(
     alice: Client, url: str, store_origin: str
 ) -> None:
-    async with httpx.AsyncClient(timeout=10) as http:
+    async with HttpPool(timeout=10) as http:
         r = await http.get(url + "/v1/me", headers={"Authorization": f"Bearer {alice.token}"})
     assert r.status_code == 200
     _has_page_policies(r.headers, store_origin)

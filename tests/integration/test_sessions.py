@@ -10,10 +10,10 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client, Connection
+from im_server.client.transport import HttpPool
 from tests.support import PASSWORD, ServerProcess, Stores, eventually, new_user, pg
 
 DAY_MS = 86_400_000
@@ -163,7 +163,7 @@ async def test_revoke_a_device(url: str) -> None:
 async def test_revoke_device_path_is_validated(
     url: str, alice: Client, path: str, statuses: tuple[int, ...]
 ) -> None:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with HttpPool(timeout=30) as http:
         r = await http.delete(url + path, headers={"Authorization": f"Bearer {alice.token}"})
     assert r.status_code in statuses, (r.status_code, r.text[:200])
     assert r.json()["error"]["code"] in ("bad_request", "not_found"), r.text[:200]

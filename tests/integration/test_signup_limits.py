@@ -9,10 +9,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import httpx
 import pytest
 
 from im_server.client import ApiError, Client
+from im_server.client.transport import HttpPool
 from tests.support import PASSWORD, ServerProcess, Stores, new_addr
 
 REGISTER_MAX, FRIEND_MAX = 3, 3
@@ -31,12 +31,12 @@ def signup(stores: Stores) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30) as h:
+async def http() -> AsyncIterator[HttpPool]:
+    async with HttpPool(timeout=30) as h:
         yield h
 
 
-async def register(http: httpx.AsyncClient, url: str, addr: str) -> tuple[int, str]:
+async def register(http: HttpPool, url: str, addr: str) -> tuple[int, str]:
     name = f"su{uuid.uuid4().hex[:10]}"
     r = await http.post(
         url + "/v1/users",
@@ -49,15 +49,13 @@ async def register(http: httpx.AsyncClient, url: str, addr: str) -> tuple[int, s
     return r.status_code, name
 
 
-async def user(http: httpx.AsyncClient, url: str) -> Client:
+async def user(http: HttpPool, url: str) -> Client:
     status, name = await register(http, url, new_addr())
     assert status == 201
     return await Client.login(url, name, PASSWORD)
 
 
-async def test_registrations_per_address_are_limited(
-    signup: ServerProcess, http: httpx.AsyncClient
-) -> None:
+async def test_registrations_per_address_are_limited(signup: ServerProcess, http: HttpPool) -> None:
     addr = new_addr()
     got = [await register(http, signup.url, addr) for _ in range(REGISTER_MAX + 2)]
     assert [s for s, _ in got] == [201] * REGISTER_MAX + [429, 429], got
@@ -75,9 +73,7 @@ async def test_registrations_per_address_are_limited(
     assert (await register(http, signup.url, new_addr()))[0] == 201
 
 
-async def test_friend_requests_per_user_are_limited(
-    signup: ServerProcess, http: httpx.AsyncClient
-) -> None:
+async def test_friend_requests_per_user_are_limited(signup: ServerProcess, http: HttpPool) -> None:
     me, other = await user(http, signup.url), await user(http, signup.url)
     targets = [await user(http, signup.url) for _ in range(FRIEND_MAX + 1)]
     try:

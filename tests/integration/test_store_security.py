@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import psutil
 import pytest
 import redis
 
+from im_server.client.transport import request_sync
 from im_server.runtime.embedded import (
     PASSWORD_FILE,
     STORE_SYSTEM_USER,
@@ -257,7 +257,7 @@ def test_serve_prints_and_logs_no_password(tmp_path: Path) -> None:
     env = {"IM_DATABASE_URL": "", "IM_REDIS_URL": "", "IM_TEST_LOG_DIR": str(tmp_path)}
     srv = ServerProcess(env=env, data_dir=data).start(timeout=120)
     try:
-        assert httpx.get(srv.url + "/readyz", timeout=5).status_code == 200
+        assert request_sync("GET", srv.url + "/readyz", timeout=5).status_code == 200
         secrets = (read_password(data / "pg"), read_password(data / "redis"))
     finally:
         srv.terminate()

@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from im_server.client.transport import HttpPool
 from tests import rawhttp
 from tests.support import ServerProcess, Stores, eventually, new_user
 
@@ -137,14 +137,14 @@ async def test_many_slow_sockets_are_closed_and_the_server_answers(
         for _, writer in slow:
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         started = time.monotonic()
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with HttpPool(timeout=5) as http:
             assert (await http.get(quick.url + "/healthz")).status_code == 200
         closed = await asyncio.gather(
             *(rawhttp.wait_closed(r, HEADER_TIMEOUT + 5) for r, _ in slow + silent)
         )
         assert all(closed), f"{closed.count(False)} of {len(closed)} sockets still open"
         assert time.monotonic() - started < HEADER_TIMEOUT + MARGIN + 1
-        async with httpx.AsyncClient(timeout=5) as http:
+        async with HttpPool(timeout=5) as http:
             assert (await http.get(quick.url + "/healthz")).status_code == 200
     finally:
         rawhttp.close_all([w for _, w in slow + silent])

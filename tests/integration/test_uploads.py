@@ -11,12 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from PIL import Image
 
 from im_server.client import ApiError, Client, group_conv_id, single_conv_id
 from im_server.client.http_files import UPLOAD_CHUNK
+from im_server.client.transport import Response
 from tests.support import Make, Stores, befriend, eventually, persisted, pg, png_bomb
 
 
@@ -48,7 +48,7 @@ async def send_file(c: Client, conv: str, upload_id: str, ctype: str = "file", *
     return int(ack["seq"])
 
 
-async def link(c: Client, upload_id: str, thumbnail: bool = False) -> httpx.Response:
+async def link(c: Client, upload_id: str, thumbnail: bool = False) -> Response:
     path = f"/v1/uploads/{upload_id}" + ("/thumbnail" if thumbnail else "")
     return await c.http.get(
         c.base_url + path, headers={"Authorization": f"Bearer {c.token}"}, follow_redirects=False

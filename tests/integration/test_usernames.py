@@ -11,13 +11,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from alembic import command
 from alembic.config import Config
 from argon2 import PasswordHasher
 
 from im_server.client import ApiError, Client
+from im_server.client.transport import HttpPool, Response
 from im_server.runtime.embedded import start_postgres, start_redis
 from im_server.storage.db import ROOT
 from tests.support import PASSWORD, ServerProcess
@@ -31,8 +31,8 @@ def cjk(n: int) -> str:
     return "".join(chr(random.randint(0x4E00, 0x9FA5)) for _ in range(n))
 
 
-async def register(url: str, body: dict[str, Any]) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as http:
+async def register(url: str, body: dict[str, Any]) -> Response:
+    async with HttpPool(timeout=30) as http:
         return await http.post(url + "/v1/users", json=body)
 
 
@@ -200,7 +200,7 @@ async def test_lookup_by_username(url: str, alice: Client) -> None:
     ],
 )
 async def test_lookup_bad_input_is_4xx(url: str, alice: Client, query: dict[str, str]) -> None:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with HttpPool(timeout=30) as http:
         r = await http.get(
             url + "/v1/users/lookup",
             params=query,
@@ -211,7 +211,7 @@ async def test_lookup_bad_input_is_4xx(url: str, alice: Client, query: dict[str,
 
 
 async def test_lookup_needs_a_token(url: str, alice: Client) -> None:
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with HttpPool(timeout=30) as http:
         r = await http.get(url + "/v1/users/lookup", params={"username": alice.username})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
 

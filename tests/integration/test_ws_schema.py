@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import jsonschema_rs
 import pytest
 
 from im_server.client import Connection
+from im_server.client.transport import Response, request_sync
 from im_server.protocol.schema import ws_schema as generated_schema
 from tests.conftest import server_frame_validator
 from tests.support import befriend, new_user, persisted
@@ -129,19 +129,19 @@ BAD = [
 
 
 @pytest.fixture
-def served(url: str) -> httpx.Response:
-    r = httpx.get(f"{url}/v1/protocol/ws-schema", timeout=30)  # no token
+def served(url: str) -> Response:
+    r = request_sync("GET", f"{url}/v1/protocol/ws-schema", timeout=30)  # no token
     assert r.status_code == 200, r.text
     return r
 
 
-def test_served_without_a_token_and_cacheable(served: httpx.Response) -> None:
+def test_served_without_a_token_and_cacheable(served: Response) -> None:
     assert served.headers["content-type"].startswith("application/schema+json")
     assert "max-age" in served.headers["cache-control"]
     assert served.json() == generated_schema()
 
 
-def test_a_valid_draft_2020_12_schema_of_both_directions(served: httpx.Response) -> None:
+def test_a_valid_draft_2020_12_schema_of_both_directions(served: Response) -> None:
     schema = served.json()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema_rs.meta.validate(schema)
@@ -154,17 +154,17 @@ def test_a_valid_draft_2020_12_schema_of_both_directions(served: httpx.Response)
 
 
 @pytest.mark.parametrize("frame", CLIENT_GOOD + SERVER_GOOD, ids=lambda f: json.dumps(f)[:60])
-def test_good_frames_pass(served: httpx.Response, frame: Any) -> None:
+def test_good_frames_pass(served: Response, frame: Any) -> None:
     validator = jsonschema_rs.Draft202012Validator(served.json())
     assert validator.is_valid(frame), list(validator.iter_errors(frame))
 
 
 @pytest.mark.parametrize("frame", BAD, ids=lambda f: json.dumps(f)[:60])
-def test_bad_frames_fail(served: httpx.Response, frame: Any) -> None:
+def test_bad_frames_fail(served: Response, frame: Any) -> None:
     assert not jsonschema_rs.Draft202012Validator(served.json()).is_valid(frame)
 
 
-def test_each_direction_on_its_own(served: httpx.Response) -> None:
+def test_each_direction_on_its_own(served: Response) -> None:
     """``read`` exists in both directions: a server must never send a client's frame
     (server frames are exact). The other way round a server ``read`` is also a valid
     client ``read``, since clients may add fields the server does not know."""

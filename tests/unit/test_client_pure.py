@@ -7,13 +7,15 @@ with ``has_more``), so the recipe can be checked without a running server.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from im_server.client import ApiError, Client, Device, SyncState, single_conv_id
+from im_server.client import ApiError, Client, Device, HttpPool, SyncState, single_conv_id
 
 C = "s:1:2"
 G = "g:7"
@@ -334,53 +336,65 @@ async def test_device_applies_recall_notice(recall_first: bool) -> None:
     assert dev.messages[C][1]["recalled"] is True and dev.messages[C][1]["content"] is None
 
 
-# -- REST plumbing against an in-process transport ------------------------------------------
+# -- REST plumbing against an in-process server ------------------------------------------
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    content: bytes
 
 
 async def test_rest_calls_shape_requests_and_map_errors() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Seen] = []
 
-    def handler(req: httpx.Request) -> httpx.Response:
-        seen.append(req)
-        path = req.url.path
+    async def handler(req: web.Request) -> web.Response:
+        content = await req.read()
+        seen.append(Seen(req.method, req.path, dict(req.query), dict(req.headers), content))
+        path = req.path
         if path == "/v1/users":
-            return httpx.Response(201, json={"user_id": 42, "username": "ann"})
+            return web.json_response({"user_id": 42, "username": "ann"}, status=201)
         if path == "/v1/sessions":
-            return httpx.Response(200, json={"token": "t0k", "user_id": 42, "device_id": "d1"})
+            return web.json_response({"token": "t0k", "user_id": 42, "device_id": "d1"})
         if path == "/v1/blocks/7":
-            return httpx.Response(204)
+            return web.Response(status=204)
         if path.endswith("/messages") and req.method == "POST":
-            body = orjson.loads(req.content)
-            return httpx.Response(
-                403, json={"error": {"code": "not_friends", "message": body["conv_id"]}}
+            body = orjson.loads(content)
+            return web.json_response(
+                {"error": {"code": "not_friends", "message": body["conv_id"]}}, status=403
             )
-        return httpx.Response(
-            200, json={"messages": [], "min_seq": 1, "max_seq": 0, "is_end": True}
-        )
+        return web.json_response({"messages": [], "min_seq": 1, "max_seq": 0, "is_end": True})
 
-    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    c = await Client.register("http://im.test/", "ann", "pw", http=http)
-    assert (c.token, c.user_id, c.device_id) == ("t0k", 42, "d1")
-    assert await c.block(7) is None
-    assert seen[-1].headers["authorization"] == "Bearer t0k"
-    await c.history("s:1:42", begin=5, limit=10)
-    assert seen[-1].url.path == "/v1/conversations/s:1:42/messages"
-    assert dict(seen[-1].url.params) == {"begin": "5", "limit": "10", "order": "asc"}
-    with pytest.raises(ApiError) as info:
-        await c.send_rest("s:1:42", "hello", client_msg_id="abc")
-    assert (info.value.status, info.value.code, info.value.message) == (
-        403,
-        "not_friends",
-        "s:1:42",
-    )
-    sent = orjson.loads(seen[-1].content)
-    assert sent == {
-        "client_msg_id": "abc",
-        "conv_id": "s:1:42",
-        "content_type": "text",
-        "content": {"text": "hello"},
-    }
-    assert c.ws_url() == "ws://im.test/v1/ws?token=t0k"
-    await c.aclose()
-    assert not http.is_closed  # a shared pool belongs to the caller
-    await http.aclose()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    async with TestServer(app, host="127.0.0.1") as server, HttpPool() as http:
+        base = f"http://127.0.0.1:{server.port}"
+        c = await Client.register(base + "/", "ann", "pw", http=http)
+        assert (c.token, c.user_id, c.device_id) == ("t0k", 42, "d1")
+        assert await c.block(7) is None
+        assert seen[-1].headers["Authorization"] == "Bearer t0k"
+        await c.history("s:1:42", begin=5, limit=10)
+        assert seen[-1].path == "/v1/conversations/s:1:42/messages"
+        assert seen[-1].query == {"begin": "5", "limit": "10", "order": "asc"}
+        with pytest.raises(ApiError) as info:
+            await c.send_rest("s:1:42", "hello", client_msg_id="abc")
+        assert (info.value.status, info.value.code, info.value.message) == (
+            403,
+            "not_friends",
+            "s:1:42",
+        )
+        sent = orjson.loads(seen[-1].content)
+        assert seen[-1].headers["Content-Type"] == "application/json"
+        assert sent == {
+            "client_msg_id": "abc",
+            "conv_id": "s:1:42",
+            "content_type": "text",
+            "content": {"text": "hello"},
+        }
+        assert c.ws_url() == f"ws://127.0.0.1:{server.port}/v1/ws?token=t0k"
+        await c.aclose()
+        assert not http.closed  # a shared pool belongs to the caller
+        assert (await http.get(base + "/v1/other")).status_code == 200

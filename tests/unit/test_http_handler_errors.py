@@ -1,21 +1,24 @@
 """A bug in a REST handler: answered 500 with the contract's error body (no traceback or
 exception text to the client), logged with its traceback, and counted in
-``im_http_handler_errors_total``. The app runs in-process without its lifespan, so no
-store is needed."""
+``im_http_handler_errors_total``. The app runs in-process without its lifespan (uvicorn
+in this event loop, on a free local port), so no store is needed."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 
-import httpx
 import pytest
+import uvicorn
 
 from im_server import metrics
 from im_server.app import create_app
+from im_server.client import HttpPool, Response
 from im_server.config import load_settings
 
 
-async def _get_raising(error: Exception, path: str) -> httpx.Response:
+async def _get_raising(error: Exception, path: str) -> Response:
     """GET a route that raises ``error``, on an app without its lifespan."""
     app = create_app(load_settings(database_url="postgresql://u@127.0.0.1:1/x"))
 
@@ -24,9 +27,19 @@ async def _get_raising(error: Exception, path: str) -> httpx.Response:
 
     app.add_api_route(path, route)
     app.router.routes.insert(0, app.router.routes.pop())  # ahead of the web client's mount
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        return await client.get(path)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="critical"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:  # noqa: ASYNC110 (uvicorn offers no event to wait on)
+            await asyncio.sleep(0.01)
+        async with HttpPool() as http:
+            return await http.get(f"http://127.0.0.1:{sock.getsockname()[1]}{path}")
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
 
 
 def _bugs() -> float:
