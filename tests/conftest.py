@@ -11,7 +11,7 @@ import pytest
 
 from im_server.client import Client, Connection
 from im_server.client.transport import request_sync
-from tests.support import Make, ServerProcess, Stores, befriend, new_user
+from tests.support import Make, ServerProcess, Stores, befriend, close_made, new_user
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +37,14 @@ def server(stores: Stores, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     srv = ServerProcess(env=stores.env()).start()
     yield srv
     srv.terminate()
+
+
+@pytest.fixture(autouse=True)
+async def _close_made_clients() -> AsyncIterator[None]:
+    """Every client ``new_user`` made is closed when its test ends (an HTTP pool left open
+    holds sockets and warns when collected)."""
+    yield
+    await close_made()
 
 
 @pytest.fixture

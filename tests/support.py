@@ -27,8 +27,21 @@ from im_server.client.transport import request_sync
 PASSWORD = "password-1234"
 
 
+MADE: list[Client] = []
+"""Clients made by :func:`new_user`, closed after each test (``close_made`` in conftest)
+whether or not the test closed them."""
+
+
 async def new_user(url: str, prefix: str = "u") -> Client:
-    return await Client.register(url, f"{prefix}{uuid.uuid4().hex[:10]}", PASSWORD)
+    c = await Client.register(url, f"{prefix}{uuid.uuid4().hex[:10]}", PASSWORD)
+    MADE.append(c)
+    return c
+
+
+async def close_made() -> None:
+    made, MADE[:] = list(MADE), []
+    for c in made:
+        await c.aclose()
 
 
 async def befriend(a: Client, b: Client) -> str:

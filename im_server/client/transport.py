@@ -88,12 +88,15 @@ class HttpPool:
         timeout: float = 30.0,
         connect_timeout: float = 10.0,
         max_connections: int = 100,
-        keepalive: float = 15.0,
+        keepalive: float = 4.0,
         on_response: Callable[[Response], None] | None = None,
     ) -> None:
         """``base_url`` is put before a URL that starts with ``/``; ``headers`` go with
         every request (a request's own win); ``on_response`` sees every answer (a
-        benchmark counts bytes with it)."""
+        benchmark counts bytes with it). ``keepalive``: an idle connection is not reused
+        after that many seconds, fewer than the server's own 5 (its header timeout
+        closes an idle connection): reusing one the server is closing would lose the
+        request to a race."""
         self.base_url = base_url.rstrip("/")
         self._headers = dict(headers or {})
         self._on_response = on_response

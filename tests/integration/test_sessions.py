@@ -186,6 +186,7 @@ async def test_device_named_current_is_refused_at_login(url: str) -> None:
         with pytest.raises(ApiError) as e:
             await other.me()
         assert e.value.status == 401
+        await other.aclose()
     finally:
         await a.aclose()
 

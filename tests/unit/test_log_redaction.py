@@ -65,9 +65,9 @@ def test_redact(text: str, expected: str) -> None:
 
 
 def test_redact_stays_linear_on_long_words() -> None:
-    """A 100 KB query string (an oversize request logged at DEBUG) is no trap: four times
-    the input costs about four times the time (a quadratic pattern would cost sixteen).
-    Measured as a ratio in the same run, best of three, so a busy machine does not fail it."""
+    """A 320 KB query string (an oversize request logged at DEBUG) is no trap: sixteen
+    times the input costs about sixteen times the time (a quadratic pattern would cost
+    256). Measured as a ratio in the same run, best of five, with room for a busy machine."""
 
     def shapes(n: int) -> list[str]:
         return [
@@ -79,15 +79,15 @@ def test_redact_stays_linear_on_long_words() -> None:
 
     def best(text: str) -> float:
         times = []
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
             logs.redact(text)
             times.append(time.perf_counter() - started)
         return min(times)
 
-    for small, big in zip(shapes(25_000), shapes(100_000), strict=True):
+    for small, big in zip(shapes(20_000), shapes(320_000), strict=True):
         t_small, t_big = best(small), best(big)
-        assert t_big < 10 * t_small + 0.05, (big[:20], t_small, t_big)
+        assert t_big < 48 * t_small + 0.25, (big[:20], t_small, t_big)
 
 
 @pytest.fixture
