@@ -46,6 +46,7 @@ from im_server.protocol.close_codes import CloseCode
 from im_server.services import (
     deletion,
     outbox,
+    partitions,
     push_registrations,
     read,
     recovery,
@@ -93,7 +94,7 @@ def build_context(settings: Settings) -> Context:
         dedupe_ttl=settings.dedupe_ttl_seconds,
         timeout=settings.store_timeout_seconds,
         low_water=max(1, settings.seq_block_size // 2),
-        partitions=settings.stream_partitions,
+        partitions=settings.stream_partitions or 1,  # settled by services/partitions.settle
         cluster=settings.redis_cluster,
         wait_replicas=settings.wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
@@ -122,7 +123,7 @@ def periodic_jobs(
         await ctx.redis.expire_long_polls()
 
     async def stream_depth() -> None:
-        STREAM_DEPTH.set(await ctx.redis.stream_depth(ctx.settings.stream_partitions))
+        STREAM_DEPTH.set(await ctx.redis.stream_depth(ctx.settings.partitions))
 
     async def watch_epoch() -> None:
         await recovery.watch_epoch(ctx)
@@ -169,6 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctx = build_context(settings)
+        await partitions.settle(ctx)
         hub = Hub()
         fanout = Fanout(ctx, hub, ctx.redis)
         ctx.events = fanout

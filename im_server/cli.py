@@ -114,7 +114,26 @@ def _stores_up(settings: Settings, handles: list[object]) -> tuple[Settings, str
 
     assert settings.database_url
     run_migrations(settings.database_url)
-    return settings, data_note
+    return _settle_partitions(settings), data_note
+
+
+def _settle_partitions(settings: Settings) -> Settings:
+    """The data set's stream partition count (``services/partitions.py``), settled once
+    before any server process starts, and handed to the workers in their environment."""
+    from im_server.app import build_context
+    from im_server.services import partitions
+
+    async def settle() -> int:
+        ctx = build_context(settings)
+        try:
+            return await partitions.settle(ctx)
+        finally:
+            await ctx.redis.close()
+            await ctx.db.dispose()
+
+    count = asyncio.run(settle())
+    os.environ["IM_STREAM_PARTITIONS"] = str(count)
+    return settings.model_copy(update={"stream_partitions": count})
 
 
 def _log_stores(settings: Settings) -> None:
@@ -274,10 +293,12 @@ def cmd_persister(args: argparse.Namespace) -> int:
         print("im-server persister needs IM_DATABASE_URL and IM_REDIS_URL", file=sys.stderr)
         return 2
     from im_server.app import build_context
+    from im_server.services import partitions
     from im_server.workers.persister import Persister
 
     async def main() -> None:
         ctx = build_context(settings)
+        await partitions.settle(ctx)
         p = Persister(ctx)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -377,9 +398,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(chat_main(argv[1:]))
     args = parser.parse_args(argv)
     from im_server.runtime.processes import EmbeddedRuntimeError
+    from im_server.services.partitions import PartitionsMismatch
 
     try:
         sys.exit(args.fn(args))
+    except PartitionsMismatch as e:
+        print(f"im-server: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
     except EmbeddedRuntimeError as e:
         # an embedded store that would not start: one line saying why (its log's tail,
         # which the message carries, goes to the log at DEBUG), no traceback

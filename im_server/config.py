@@ -80,7 +80,9 @@ class Settings(BaseSettings):
     seq_block_size: int = 1000
     dedupe_ttl_seconds: int = 7 * 24 * 3600
     dedupe_recheck_seconds: int = 600
-    stream_partitions: int = 1
+    # unset: the count recorded with the data set, or for a new one 64 in cluster mode
+    # and 1 on a single Redis (services/partitions.py); set: must match the recorded one
+    stream_partitions: int | None = Field(default=None, ge=1, le=1024)
     send_batch_max: int = 256
 
     # persister
@@ -246,9 +248,7 @@ class Settings(BaseSettings):
     db_pool_overflow: int = 10
     store_timeout_seconds: float = 3.0
 
-    @field_validator(
-        "stream_partitions", "seq_block_size", "persister_batch", "push_batch", "push_concurrency"
-    )
+    @field_validator("seq_block_size", "persister_batch", "push_batch", "push_concurrency")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v < 1:
@@ -281,6 +281,13 @@ class Settings(BaseSettings):
     def database_dsn(self) -> str | None:
         """The database URL as libpq and asyncpg spell it (``postgresql://``)."""
         return plain_pg_url(self.database_url) if self.database_url else None
+
+    @property
+    def partitions(self) -> int:
+        """The stream partition count, once settled (``services/partitions.settle``)."""
+        if self.stream_partitions is None:
+            raise RuntimeError("the stream partition count is not settled yet")
+        return self.stream_partitions
 
     @property
     def wait_replicas(self) -> int:

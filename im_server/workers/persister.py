@@ -65,7 +65,7 @@ class Persister:
     def __init__(self, ctx: Context, consumer: str | None = None) -> None:
         self.ctx = ctx
         self.consumer = consumer or f"persister-{ctx.settings.node_name}"
-        self.partitions = list(range(ctx.settings.stream_partitions))
+        self.partitions = list(range(ctx.settings.partitions))
         self._stop = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
         self.held: set[int] = set()  # partitions whose lease this persister holds

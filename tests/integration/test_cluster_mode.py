@@ -1,5 +1,6 @@
 """The server on a Valkey Cluster (3 primaries, 3 replicas, started from the wheel):
-`IM_REDIS_CLUSTER=true`, 8 stream partitions spread over the shards, two gateway
+`IM_REDIS_CLUSTER=true` and no other setting (a new keyspace spreads over every shard:
+64 stream partitions), two gateway
 processes and a persister of its own. Sends to conversations of every shard are acked with dense seqs, reach the
 other process's devices, are deduplicated and stored once; logins (script calls on
 counters of different slots) and presence work; no call crosses slots."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +25,7 @@ from im_server.client import ApiError, Client, Connection, Device
 from im_server.runtime.cluster_admin import slot_of
 from im_server.runtime.embedded import EmbeddedRuntimeError
 from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
+from im_server.services.partitions import CLUSTER_DEFAULT
 from im_server.storage.redis import keys
 from tests.support import (
     PASSWORD,
@@ -34,7 +38,7 @@ from tests.support import (
     pg,
 )
 
-PARTITIONS = 8
+PARTITIONS = CLUSTER_DEFAULT  # what a new keyspace in cluster mode records by itself
 MAP_REFRESH_S = 1.0
 SLOTS_TO_TRY = 16384
 
@@ -56,7 +60,6 @@ def on_cluster(
         **stores.env(),
         "IM_REDIS_URL": cluster.url,
         "IM_REDIS_CLUSTER": "true",
-        "IM_STREAM_PARTITIONS": str(PARTITIONS),
         "IM_REDIS_MAP_REFRESH_SECONDS": str(MAP_REFRESH_S),
         "IM_TEST_LOG_DIR": str(logs),
     }
@@ -86,7 +89,14 @@ async def test_sends_across_shards_two_gateways(
 ) -> None:
     s1, s2 = on_cluster
     owners = _owners(cluster)
-    assert len(set(owners.values())) >= 2, owners  # the partitions do span shards
+    # no setting: the keyspace recorded the cluster default, and its partitions span
+    # every primary
+    rc = RedisCluster.from_url(cluster.url, decode_responses=True)
+    try:
+        assert rc.get(keys.PARTITIONS) == str(PARTITIONS)
+    finally:
+        rc.close()
+    assert set(owners.values()) == {p.port for p in cluster.primaries()}, owners
 
     a = await new_user(s1.url, "ca")
     friends = [await new_user(s1.url, "cf") for _ in range(10)]
@@ -582,3 +592,28 @@ async def test_the_inbox_follows_its_slot_and_its_shard(
         await listener.close()
         for c in (a, b, b2):
             await c.aclose()
+
+
+async def test_a_start_with_another_partition_count_is_refused(
+    cluster: EmbeddedCluster, on_cluster: tuple[ServerProcess, ServerProcess], stores: Stores
+) -> None:
+    """A process configured with another partition count than the keyspace recorded would
+    put conversations' keys under other tags: it is refused before it serves."""
+    assert on_cluster
+    env = {
+        **os.environ,
+        **stores.env(),
+        "IM_REDIS_URL": cluster.url,
+        "IM_REDIS_CLUSTER": "true",
+        "IM_STREAM_PARTITIONS": "8",
+    }
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "im_server", "serve", "--port", "0", "--workers", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"made with {PARTITIONS} stream partitions" in done.stderr, done.stderr[-2000:]

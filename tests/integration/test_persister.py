@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from im_server.client import Client, Connection
-from im_server.runtime.embedded import start_postgres
+from im_server.runtime.embedded import start_postgres, start_redis
 from tests.support import ServerProcess, Stores, befriend, eventually, new_user, pg, rds
 
 STREAM = "im:stream:{p0}"
@@ -281,7 +282,7 @@ async def test_persister_commits_before_acking(pstores: Stores, log_dir: Path) -
 
 
 async def test_partitions_split_the_stream_and_keep_every_guarantee(
-    pstores: Stores, log_dir: Path
+    pstores: Stores, log_dir: Path, tmp_path: Path
 ) -> None:
     """With IM_STREAM_PARTITIONS=4 a burst to conversations of several partitions: each
     send lands in its conversation's partition (stream and keys under one tag), seqs stay
@@ -292,7 +293,9 @@ async def test_partitions_split_the_stream_and_keep_every_guarantee(
         return f"pt-{conv.replace(':', '_')}-{i}"
 
     parts = 4
-    srv = server(pstores, log_dir, "p-parts", IM_STREAM_PARTITIONS=str(parts)).start()
+    # a keyspace of its own: the module's keyspace has its partition count recorded (1)
+    own = dataclasses.replace(pstores, redis=start_redis(tmp_path / "redis"))
+    srv = server(own, log_dir, "p-parts", IM_STREAM_PARTITIONS=str(parts)).start()
     try:
         a = await new_user(srv.url, "pa")
         friends = [await new_user(srv.url, "pf") for _ in range(8)]
@@ -311,7 +314,7 @@ async def test_partitions_split_the_stream_and_keep_every_guarantee(
         first = next(x for x in acks if x["client_msg_id"] == cm(convs[0], 0))
         assert again["duplicate"] is True and again["seq"] == first["seq"]
 
-        async with rds(pstores) as r:
+        async with rds(own) as r:
             for p in range(parts):
                 for _id, fields in await r.xrange(keys.stream(p)):
                     conv = fields["d"].split("\0", 1)[0]
@@ -322,11 +325,11 @@ async def test_partitions_split_the_stream_and_keep_every_guarantee(
                 assert cur is not None and int(cur) >= 5
 
         async def stored() -> bool:
-            return [len(await conv_rows(pstores, c)) for c in convs] == [5] * len(convs)
+            return [len(await conv_rows(own, c)) for c in convs] == [5] * len(convs)
 
         await eventually(stored, timeout=20)
         for c in convs:
-            rows = await conv_rows(pstores, c)
+            rows = await conv_rows(own, c)
             assert sorted(m for _, m in rows) == sorted(cm(c, i) for i in range(5))
         await conn.close()
         await a.aclose()
@@ -334,3 +337,4 @@ async def test_partitions_split_the_stream_and_keep_every_guarantee(
             await f.aclose()
     finally:
         srv.terminate()
+        own.redis.stop()

@@ -19,6 +19,7 @@ import zlib
 
 # present while the partition's slot holds our data; gone after a flush or a new Redis
 BOOT = "im:boot:{p%s}"
+PARTITIONS = "im:partitions"  # the stream partition count this keyspace was made with
 COLD_UNTIL = "im:coldu"  # ms timestamp: until then, dedupe misses are checked in PostgreSQL
 NODES = "im:nodes"  # zset node -> expiry (ms), the live gateway processes
 CONTROL = "im:ctl"  # pub/sub: cache invalidations, node joins

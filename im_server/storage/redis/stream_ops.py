@@ -22,6 +22,20 @@ class StreamOps:
     _take: AsyncScript
     _give: AsyncScript
 
+    # ---- the partition count ---------------------------------------------------------------
+
+    async def recorded_partitions(self) -> int | None:
+        """The partition count this keyspace was made with, if recorded."""
+        v = await self.client.get(keys.PARTITIONS)
+        return None if v is None else int(v)
+
+    async def record_partitions(self, count: int) -> int:
+        """Record ``count`` unless a count is recorded already; the recorded one either
+        way (processes starting at once agree on the first)."""
+        await self.client.set(keys.PARTITIONS, count, nx=True)
+        v = await self.client.get(keys.PARTITIONS)
+        return int(v) if v is not None else count
+
     # ---- stream (persister) ---------------------------------------------------------------
 
     async def lease(self, partition: int, owner: str, ttl_ms: int, release: bool = False) -> bool:

@@ -1,0 +1,65 @@
+"""How many stream partitions a data set has: decided once, recorded in the keyspace it
+shapes, and the same for every process after.
+
+A conversation's Redis keys (its seq counter, dedupe keys, rights, its stream) carry the
+hash tag of partition ``crc32(conv_id) % N``; in cluster mode a partition is one slot,
+so N bounds how many shards the sends can spread over. Why a recorded value: with
+N = 1 (the old default) cluster mode put every conversation on one primary, and a
+process started with another N than its peers would put a conversation's keys under
+another tag: its seqs would restart from a fresh block and its dedupe keys would be
+missed. So a new keyspace in cluster mode gets ``CLUSTER_DEFAULT`` (well above any
+shard count one would run), a single Redis gets 1 (nothing to spread over), and a
+start that asks for another count than the recorded one is refused with what to do.
+
+A keyspace made before the count was recorded (conversations exist in PostgreSQL, no
+record in Redis) ran with the count configured then: ``IM_STREAM_PARTITIONS``, or 1."""
+
+from __future__ import annotations
+
+from im_server.context import Context
+from im_server.storage import conversations
+
+CLUSTER_DEFAULT = 64
+SINGLE_DEFAULT = 1
+MAX_PARTITIONS = 1024
+
+
+class PartitionsMismatch(Exception):
+    """A start asked for another partition count than the data set has."""
+
+
+def first_count(configured: int | None, cluster: bool, has_data: bool) -> int:
+    """The count to record for a keyspace that has none recorded."""
+    if configured is not None:
+        return configured
+    if has_data:
+        return SINGLE_DEFAULT  # what a data set made before the record ran with
+    return CLUSTER_DEFAULT if cluster else SINGLE_DEFAULT
+
+
+def check(configured: int | None, recorded: int) -> int:
+    """The recorded count, unless the configuration asks for another one."""
+    if configured is not None and configured != recorded:
+        raise PartitionsMismatch(
+            f"IM_STREAM_PARTITIONS={configured}, but this data set was made with "
+            f"{recorded} stream partitions (recorded in Redis under 'im:partitions'); "
+            f"unset IM_STREAM_PARTITIONS or set it to {recorded}. Changing the count "
+            "re-keys every conversation: see docs/scaling.md, 'Growing'"
+        )
+    return recorded
+
+
+async def settle(ctx: Context) -> int:
+    """The partition count of this data set, recorded if it was not; sets it on the
+    context (the composition root calls this before anything reads it)."""
+    configured = ctx.settings.stream_partitions
+    recorded = await ctx.redis.recorded_partitions()
+    if recorded is None:
+        async with ctx.db.connect() as conn:
+            has_data = await conversations.any_conversation(conn)
+        want = first_count(configured, ctx.settings.redis_cluster, has_data)
+        recorded = await ctx.redis.record_partitions(want)
+    count = check(configured, recorded)
+    ctx.settings = ctx.settings.model_copy(update={"stream_partitions": count})
+    ctx.redis.partitions = count
+    return count
