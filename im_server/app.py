@@ -31,7 +31,7 @@ from im_server.api import uploads as uploads_api
 from im_server.api.failures import install_error_handlers
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
-from im_server.context.batching import Coalescer
+from im_server.context.batching import KeyedCoalescer
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits
 from im_server.gateway import ws
@@ -98,13 +98,16 @@ def build_context(settings: Settings) -> Context:
         cluster=settings.redis_cluster,
         wait_replicas=settings.wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout_ms,
+        ack_without_replica=settings.redis_ack_without_replica,
     )
     engine = create_engine(settings)
     return Context(
         settings=settings,
         db=engine,
         redis=redis,
-        send_batcher=Coalescer(redis.send_many, settings.send_batch_max),
+        send_batcher=KeyedCoalescer(
+            redis.send_many, lambda a: a.partition, settings.send_batch_max
+        ),
         dedupe_checker=send.dedupe_checker(engine),
         health=Health(engine, redis),
         rate=RateLimits.from_settings(settings),

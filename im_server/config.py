@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     # script, on its connection); unset: 1 in cluster mode, 0 on a single Redis
     redis_wait_replicas: int | None = Field(default=None, ge=0, le=16)
     redis_wait_timeout_ms: int = Field(default=500, ge=1, le=60_000)
+    # a primary with fewer replicas than that (its replica was promoted, the lost node has
+    # not come back): "aof" acks once the primary's own AOF has the sends (WAITAOF: an
+    # acked send survives its crash), "refuse" answers `unavailable` until a replica is back
+    redis_ack_without_replica: Literal["aof", "refuse"] = "aof"
     # cluster mode: how often every process learns the slot map again (a primary that was
     # added and given a slot is used from then on; moves and fail-overs are also learnt
     # from the first MOVED or failed call)

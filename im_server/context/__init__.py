@@ -20,7 +20,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server.config import Settings
-from im_server.context.batching import Coalescer
+from im_server.context.batching import Coalescer, KeyedCoalescer
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits
 from im_server.errors import unavailable
@@ -174,8 +174,9 @@ class Context:
     settings: Settings
     db: AsyncEngine
     redis: RedisStore
-    # sends arriving together share one script call (RedisStore.send_many)
-    send_batcher: Coalescer[SendArgs, SendResult]
+    # sends to one stream partition arriving together share one script call
+    # (RedisStore.send_many); each partition has a queue of its own
+    send_batcher: KeyedCoalescer[SendArgs, SendResult]
     # asked only while a Redis that lost its data may have forgotten recent sends
     dedupe_checker: DedupeChecker
     health: Health

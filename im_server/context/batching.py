@@ -5,7 +5,7 @@ idle server still answers the first request at once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -52,6 +52,30 @@ class Coalescer(Generic[T, R]):
                         fut.set_result(res)
         finally:
             self._draining = False
+
+
+class KeyedCoalescer(Generic[T, R]):
+    """One :class:`Coalescer` per key (a send's stream partition): a batch waits only on
+    the calls of its own key. Why: with one queue for all, a batch that touches a shard
+    in trouble (a primary killed, failing over) holds up every batch behind it, and the
+    healthy shards' sends wait as long as the sick one's; with a queue per partition,
+    one shard's trouble stays on that shard."""
+
+    def __init__(
+        self,
+        run: Callable[[list[T]], Awaitable[list[R]]],
+        key: Callable[[T], Hashable],
+        max_batch: int = 256,
+    ) -> None:
+        self._run, self._key, self._max = run, key, max_batch
+        self._queues: dict[Hashable, Coalescer[T, R]] = {}
+
+    def submit(self, item: T) -> asyncio.Future[R]:
+        k = self._key(item)
+        queue = self._queues.get(k)
+        if queue is None:
+            queue = self._queues[k] = Coalescer(self._run, self._max)
+        return queue.submit(item)
 
 
 def _fail(waiters: list[tuple[T, asyncio.Future[R]]], error: Exception) -> None:

@@ -377,6 +377,10 @@ def _node_config(cluster: EmbeddedCluster, n: ClusterNode) -> str:
         # A replica however long cut off from its primary may still take over: with one
         # replica per primary, refusing would leave the slots without a server.
         "cluster-replica-validity-factor 0",
+        # One shard's trouble stays on that shard: with the default (yes), every node
+        # answers CLUSTERDOWN to every command while any slot has no live primary, so a
+        # dead primary would stop the sends of every shard until its replica is promoted.
+        "cluster-require-full-coverage no",
         f"masterauth {quote_conf(cluster.password)}",
         # A primary has its replicas from the start: no 5 s wait for more of them before
         # a full sync (the default), which would hold back every start and rejoin.

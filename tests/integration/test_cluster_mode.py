@@ -346,7 +346,8 @@ async def test_kill9_of_a_primary_loses_no_acked_send(
     messages, and sends to that partition are acked again within 30 s (a client retries
     an `unavailable` send with the same client_msg_id). The promoted replica has no
     replica of its own until the killed node is back (restarted as a supervisor would,
-    once the fail-over is done): until then its sends are refused, not acked unsafely."""
+    once the fail-over is done): until then its acks wait for its own AOF (WAITAOF),
+    and once the node is back, for that replica again."""
     s1, _s2 = on_cluster
     a = await new_user(s1.url, "ka")
     friends = [await new_user(s1.url, "kf") for _ in range(6)]

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from im_server.context.batching import Coalescer
+from im_server.context.batching import Coalescer, KeyedCoalescer
 from tests.support import eventually
 
 
@@ -169,3 +169,22 @@ async def test_an_interrupted_call_also_fails_what_was_queued_behind_it() -> Non
     store.gate.set()
     res = await asyncio.wait_for(asyncio.gather(first, queued, return_exceptions=True), 1.0)
     assert all(isinstance(r, RuntimeError) for r in res)
+
+
+async def test_a_stuck_key_holds_up_only_its_own_queue() -> None:
+    """One queue per key (a send's partition): while a call of key 0 hangs (its shard's
+    primary is down), calls of key 1 go through and are batched among themselves."""
+    stuck, healthy = Store(open_=False), Store()
+
+    async def run(items: list[int]) -> list[int | Exception]:
+        return await (stuck if items[0] % 2 == 0 else healthy).run(items)
+
+    co: KeyedCoalescer[int, int | Exception] = KeyedCoalescer(run, key=lambda x: x % 2)
+    held = [co.submit(x) for x in (0, 2)]
+    await eventually(lambda: stuck.batches == [[0, 2]])
+    assert await asyncio.wait_for(asyncio.gather(co.submit(1), co.submit(3)), 1) == [10, 30]
+    assert healthy.batches == [[1, 3]]
+    assert not any(f.done() for f in held)
+    stuck.gate.set()
+    assert await asyncio.gather(*held) == [0, 20]
+    assert stuck.batches == [[0, 2]]

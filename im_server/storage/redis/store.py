@@ -13,14 +13,13 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection, parse_url
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
 
-from im_server.errors import is_store_error
 from im_server.storage.redis import keys
+from im_server.storage.redis.acked_sends import AckedSends, AckWithoutReplica
+from im_server.storage.redis.acked_sends import ReplicaWaitError as ReplicaWaitError
 from im_server.storage.redis.perm_ops import PermOps
 from im_server.storage.redis.presence_ops import DEVICES_CHUNK as DEVICES_CHUNK
 from im_server.storage.redis.presence_ops import PresenceOps
@@ -38,11 +37,6 @@ from im_server.storage.redis.stream_ops import StreamOps
 
 log = logging.getLogger("im_server.redis")
 _SCRIPTS = Path(__file__).parent / "scripts"
-
-
-class ReplicaWaitError(RedisConnectionError):
-    """Sends that could not be shown to have reached a replica before their ack (a store
-    failure: ``unavailable``)."""
 
 
 @dataclass(slots=True)
@@ -76,7 +70,7 @@ def _raw(response: Any, **options: Any) -> Any:
     return response
 
 
-class RedisStore(PermOps, StreamOps, RegistryOps, PresenceOps):
+class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps):
     """One client (connection pool; on a Cluster, one per node) plus the scripts; tracks
     each node's run id so a restarted Redis, or a node newly serving some slots, is
     noticed before any command runs on a new connection."""
@@ -92,12 +86,17 @@ class RedisStore(PermOps, StreamOps, RegistryOps, PresenceOps):
         cluster: bool = False,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 500,
+        ack_without_replica: AckWithoutReplica = "aof",
     ) -> None:
         self.url = url
         self.cluster = cluster
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
+        self.ack_without_replica: AckWithoutReplica = ack_without_replica
         self._nodes: dict[tuple[str, int], aioredis.Redis] = {}  # a plain client per node
+        self._down: dict[tuple[str, int], float] = {}  # primary -> no send there until
+        self._refreshing = asyncio.Lock()
+        self._refreshed_at = 0.0
         self.partitions = partitions  # IM_STREAM_PARTITIONS: a conversation's keys carry its tag
         self.dedupe_ttl = dedupe_ttl
         self.low_water = low_water
@@ -171,7 +170,8 @@ class RedisStore(PermOps, StreamOps, RegistryOps, PresenceOps):
     async def node_client(self, key: str) -> aioredis.Redis:
         """A plain client to the node serving ``key``'s slot (the single Redis otherwise):
         sharded pub/sub listens on the shard of its channel."""
-        return await self._primary_for(key)
+        addr, _replicas = await self._primary_of(key)
+        return self._client_at(addr)
 
     async def close(self) -> None:
         for node in self._nodes.values():
@@ -216,94 +216,6 @@ class RedisStore(PermOps, StreamOps, RegistryOps, PresenceOps):
         if not isinstance(res, list) or len(res) != len(items):
             raise ScriptReplyError(f"send script: {len(items)} answers expected, got {res!r:.200}")
         return [parse_send(r) for r in res]
-
-    async def _send_and_wait(self, script_keys: list[str], args: list[str | int]) -> Any:
-        """The send script, then ``WAIT``, on one connection to the primary serving the
-        partition: ``WAIT`` counts the writes of its own connection, so only this order
-        on one connection says that the sends reached a replica before they are acked.
-        Too few replicas in time: ``ReplicaWaitError`` (answered ``unavailable``; the
-        client's retry of the same client_msg_id gets the first ack, or, if the writes
-        were lost with their primary, is sent anew). A stale slot map (``MOVED``) is
-        learnt again and the call made once more; a slot half-way through a move
-        (``ASK``: the partition's keys already on the target) is followed with
-        ``ASKING`` on a connection to the target, once. A move that has some of the
-        keys on each side (``TRYAGAIN``) is a store error: answered ``unavailable``."""
-        ask: tuple[str, int] | None = None
-        for _attempt in range(3):
-            if ask is not None:
-                client = self._client_at(ask)
-            else:
-                client = await self._primary_for(script_keys[0])
-            pipe = client.pipeline(transaction=False)
-            if ask is not None:
-                pipe.execute_command("ASKING")
-            pipe.evalsha(self._send.sha, len(script_keys), *script_keys, *args)
-            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            try:
-                *_, res, acked = await pipe.execute()
-            except NoScriptError:
-                await client.script_load(self._send.script)
-                continue
-            except MovedError:  # (a MovedError is an AskError: this goes first)
-                if not self.cluster:
-                    raise
-                await self.refresh_map()
-                ask = None
-                continue
-            except AskError as e:
-                if not self.cluster or ask is not None:
-                    raise
-                ask = (str(e.host), int(e.port))
-                continue
-            except ResponseError as e:
-                if self.cluster and is_store_error(e):  # a demoted primary (READONLY)
-                    await self.refresh_map()
-                raise
-            except RedisConnectionError:
-                if self.cluster:  # its primary is gone: the next call asks for the new map
-                    await self.refresh_map()
-                raise
-            if int(acked) < self.wait_replicas:
-                raise ReplicaWaitError(
-                    f"{acked} of {self.wait_replicas} replicas took the sends in "
-                    f"{self.wait_timeout_ms} ms"
-                )
-            return res
-        raise ReplicaWaitError("the send script could not be run on the partition's primary")
-
-    async def _primary_for(self, key: str) -> aioredis.Redis:
-        """A plain client to the primary serving ``key`` (the single Redis otherwise)."""
-        if not self.cluster:
-            return self.client
-        rc = self._cluster()
-        await rc.initialize()  # the map is learnt on first use (a no-op after)
-        node = rc.get_node_from_key(key)
-        if node is None:
-            raise ReplicaWaitError(f"no node serves the slot of {key}")
-        return self._client_at((str(node.host), int(node.port)))
-
-    def _client_at(self, addr: tuple[str, int]) -> aioredis.Redis:
-        """A plain client to the cluster node at ``addr`` (made once, kept)."""
-        client = self._nodes.get(addr)
-        if client is None:
-            conn = parse_url(self.url)
-            options = {**self._options, **{k: v for k, v in conn.items() if k != "db"}}
-            options.update(host=addr[0], port=addr[1])
-            client = self._nodes[addr] = aioredis.Redis(**options)
-        return client
-
-    async def refresh_map(self) -> None:
-        """Learn the Cluster's slot map again (a no-op on a single Redis)."""
-        if not self.cluster:
-            return
-        try:
-            await self._cluster().nodes_manager.initialize()
-        except Exception as e:  # noqa: BLE001 - the cluster is down: the next call tries again
-            log.debug("refreshing the cluster map failed: %r", e)
-
-    def _cluster(self) -> RedisCluster:
-        assert isinstance(self.client, RedisCluster)
-        return self.client
 
     async def extend_seq(
         self, conv_id: str, old_reserved: int, new_reserved: int
