@@ -33,7 +33,7 @@ from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.context.batching import KeyedCoalescer
 from im_server.context.health import Health
-from im_server.context.limits import RateLimits
+from im_server.context.limits import RateLimits, SharedRates
 from im_server.gateway import ws
 from im_server.gateway.fanout import PRESENCE_S, Fanout
 from im_server.gateway.hub import Hub
@@ -110,7 +110,7 @@ def build_context(settings: Settings) -> Context:
         ),
         dedupe_checker=send.dedupe_checker(engine),
         health=Health(engine, redis),
-        rate=RateLimits.from_settings(settings),
+        rate=RateLimits.from_settings(settings, SharedRates(redis.take_rates)),
         object_store=ObjectStore(settings) if settings.s3_endpoint else None,
         auth_cache=TTLCache(settings.auth_cache_seconds),
         members_cache=TTLCache(settings.members_cache_seconds),

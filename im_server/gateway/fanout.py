@@ -97,10 +97,14 @@ class Fanout:
         once, so the others start publishing to it."""
         try:
             nodes = await self.redis.heartbeat(self.node, NODE_TTL_MS)
+            self.others = any(n != self.node for n in nodes)
         except BaseException:
             self.others = True  # Redis down: keep publishing to be safe
             raise
-        self.others = any(n != self.node for n in nodes)
+        finally:
+            # with other processes serving, per-user limits count in Redis
+            if self.ctx.rate.shared is not None:
+                self.ctx.rate.shared.active = self.others
         if not self._announced:
             self.invalidate("node", self.node)
             self._announced = True

@@ -96,9 +96,11 @@ class Gateway:
         """Hand the send to its use case (``services/send.py``) and frame the answer.
         The acks of one socket come back in the order of its frames: a send that needs
         work before its script call (a mention, a reply, an upload) waits for the
-        socket's previous one, and so does any send behind it; a plain send with none
-        before it is answered straight from the service's callback, without a task."""
-        if cmd.plain and conn.send_chain is None:
+        socket's previous one, and so does any send behind it (with other processes
+        serving, every send: the shared rate check is a round trip first); a plain send
+        with none before it is answered straight from the service's callback, without a
+        task."""
+        if cmd.plain and conn.send_chain is None and not self.ctx.rate.send.shared_active:
             fut = send.accept(self.ctx, conn.user_id, cmd.conv, cmd, exclude_conn=conn.id)
             fut.add_done_callback(lambda f: self._answer(conn, session, cmd.client_msg_id, f))
             return

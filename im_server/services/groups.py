@@ -43,7 +43,7 @@ async def do_create_group(
         raise bad_request("name: 1-64 characters")
     check_display_name(name, "name")
     ids = [u for u in check_user_ids(member_ids) if u != owner]
-    ctx.rate.members.check(owner, "group changes")
+    await ctx.rate.members.hold(owner, "group changes")
     async with _bulk(ctx, len(ids)):
         return await _create_group(ctx, owner, name.strip(), ids)
 
@@ -148,7 +148,7 @@ async def do_add_members(
     ids = check_user_ids(user_ids)
     if not ids:
         raise bad_request("user_ids must not be empty")
-    ctx.rate.members.check(actor, "member changes")
+    await ctx.rate.members.hold(actor, "member changes")
     async with _bulk(ctx, len(ids)):
         return await _add_members(ctx, actor, group_id, ids, with_history)
 

@@ -43,7 +43,7 @@ async def do_react(
     # the rules of a send in this conversation (a block, a removed friend, a mute), then
     # its rate: before any change, so a refusal appends nothing
     await permissions.check_write(ctx, ref, user_id)
-    ctx.rate.send.check(user_id, "messages")
+    await ctx.rate.send.hold(user_id, "messages")
     s = ctx.settings
     async with ctx.db.begin() as conn:
         recalled = await reactions.lock_message(conn, ref.conv_id, seq)

@@ -20,7 +20,7 @@ async def do_cursor(
     """Report a read (or delivered) seq; returns once the cursor is durable."""
     if ref.kind == "single" and not ref.has_user(user_id):
         raise ImError("not_member", "this single chat is not yours")
-    ctx.rate.read.check(user_id, "read reports")
+    await ctx.rate.read.hold(user_id, "read reports")
     res = await ctx.cursors.submit(kind, ref.conv_id, user_id, seq, origin)
     if not res.member:
         raise ImError("not_member", "you are not a member of this conversation")
@@ -43,7 +43,7 @@ def on_moved(ctx: Context, kind: str, res: CursorResult, origins: set[int]) -> N
 
 
 async def do_typing(ctx: Context, user_id: int, ref: ConvRef) -> None:
-    ctx.rate.typing.check(user_id, "typing notices")
+    await ctx.rate.typing.hold(user_id, "typing notices")
     users = await members.recipients(ctx, ref)
     if user_id not in users:
         raise ImError("not_member", "you are not a member of this conversation")

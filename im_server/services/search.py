@@ -61,7 +61,7 @@ async def search(
 ) -> dict[str, Any]:
     found_parts = check_query(q)
     position = decode_cursor(before) if before is not None else None
-    ctx.rate.search.check(user_id, "searches")  # bad input is refused before it counts
+    await ctx.rate.search.hold(user_id, "searches")  # bad input is refused before it counts
     async with ctx.db.connect() as raw:
         # one snapshot: a page is read in a few statements (windows, time order, the GIN
         # index, the rows), and a recall or an edit between two of them must not show

@@ -79,7 +79,7 @@ def accept(
         metrics.SENDS.labels(e.code).inc()
         out.set_exception(e)
         return out
-    if not fields.plain:
+    if not fields.plain or ctx.rate.send.shared_active:
         _into(ctx, out, _checked_send(ctx, sender_id, ref, fields, content_json, exclude_conn))
         return out
     args = new_args(ctx, sender_id, ref, fields.client_msg_id, fields.content_type, content_json)
@@ -126,7 +126,19 @@ async def _checked_send(
     exclude_conn: int | None,
 ) -> AckOk:
     """A send that mentions, replies or carries an upload: its checks read the members,
-    the window or the upload first."""
+    the window or the upload first. With other processes serving, any send: the sender's
+    shared rate bucket is asked first (``context/limits.py``)."""
+    await ctx.rate.send.check_shared(sender_id, "messages")
+    if fields.plain:
+        return await do_send(
+            ctx,
+            sender_id,
+            ref,
+            fields.client_msg_id,
+            fields.content_type,
+            content_json,
+            exclude_conn=exclude_conn,
+        )
     extras = await send_checks.checked_extras(ctx, sender_id, ref, fields)
     if not isinstance(extras, send_checks.Extras):
         return extras  # a repeat of an accepted send: its first ack

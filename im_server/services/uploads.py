@@ -87,7 +87,7 @@ async def do_create(
             name = clean_filename(filename)
         except ValueError as e:
             raise bad_request(str(e)) from None
-    ctx.rate.send.check(user_id, "uploads")
+    await ctx.rate.send.hold(user_id, "uploads")
     upload_id = secrets.token_urlsafe(16)
     now = now_ms()
     async with ctx.db.begin() as conn:

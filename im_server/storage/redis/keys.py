@@ -136,6 +136,18 @@ def last_seen(user_id: int) -> str:
     return LAST_SEEN + str(user_id)
 
 
+RATE_TAGS = 16  # shared rate buckets are spread over this many hash tags
+
+
+def rate_tag(user_id: int) -> int:
+    return user_id % RATE_TAGS
+
+
+def rate_bucket(kind: str, user_id: int) -> str:
+    """A user's shared rate bucket of one kind (hash t, m: ``rate_take.lua``)."""
+    return f"im:rl:{{r{rate_tag(user_id)}}}:{kind}:{user_id}"
+
+
 def persister_lease(partition: int) -> str:
     return PERSISTER_LEASE % partition
 

@@ -23,6 +23,7 @@ from im_server.storage.redis.acked_sends import ReplicaWaitError as ReplicaWaitE
 from im_server.storage.redis.perm_ops import PermOps
 from im_server.storage.redis.presence_ops import DEVICES_CHUNK as DEVICES_CHUNK
 from im_server.storage.redis.presence_ops import PresenceOps
+from im_server.storage.redis.rate_ops import RateOps
 from im_server.storage.redis.registry_ops import RegistryOps
 from im_server.storage.redis.replies import (
     ScriptReplyError,
@@ -70,7 +71,7 @@ def _raw(response: Any, **options: Any) -> Any:
     return response
 
 
-class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps):
+class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps, RateOps):
     """One client (connection pool; on a Cluster, one per node) plus the scripts; tracks
     each node's run id so a restarted Redis, or a node newly serving some slots, is
     noticed before any command runs on a new connection."""
@@ -141,6 +142,7 @@ class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps):
             (_SCRIPTS / "presence_sweep.lua").read_text()
         )
         self._boot = self.client.register_script((_SCRIPTS / "boot.lua").read_text())
+        self._rate_take = self.client.register_script((_SCRIPTS / "rate_take.lua").read_text())
         self._nodes_of = self.client.register_script((_SCRIPTS / "nodes_of.lua").read_text())
 
     async def _on_connect(self, conn: Connection) -> None:
@@ -209,7 +211,7 @@ class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps):
                 + encode_extras(a)
             )
         script_keys = [keys.stream(part), keys.boot(part)]
-        if self.wait_replicas:
+        if self.wait_replicas or self.cluster:  # (a cluster: its own routing, down marks)
             res = await self._send_and_wait(script_keys, v)
         else:
             res = await self._send(keys=script_keys, args=v)
