@@ -117,6 +117,22 @@ def build_context(settings: Settings) -> Context:
     )
 
 
+def settle_partitions(settings: Settings) -> Settings:
+    """The data set's stream partition count (``services/partitions.py``), settled once
+    before any server process starts: the settings with it."""
+
+    async def settle() -> int:
+        ctx = build_context(settings)
+        try:
+            return await partitions.settle(ctx)
+        finally:
+            await ctx.redis.close()
+            await ctx.db.dispose()
+
+    count = asyncio.run(settle())
+    return settings.model_copy(update={"stream_partitions": count})
+
+
 def periodic_jobs(
     ctx: Context, fanout: Fanout, presence: PresenceTracker | None = None
 ) -> list[Periodic]:

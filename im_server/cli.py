@@ -114,26 +114,11 @@ def _stores_up(settings: Settings, handles: list[object]) -> tuple[Settings, str
 
     assert settings.database_url
     run_migrations(settings.database_url)
-    return _settle_partitions(settings), data_note
+    from im_server.app import settle_partitions
 
-
-def _settle_partitions(settings: Settings) -> Settings:
-    """The data set's stream partition count (``services/partitions.py``), settled once
-    before any server process starts, and handed to the workers in their environment."""
-    from im_server.app import build_context
-    from im_server.services import partitions
-
-    async def settle() -> int:
-        ctx = build_context(settings)
-        try:
-            return await partitions.settle(ctx)
-        finally:
-            await ctx.redis.close()
-            await ctx.db.dispose()
-
-    count = asyncio.run(settle())
-    os.environ["IM_STREAM_PARTITIONS"] = str(count)
-    return settings.model_copy(update={"stream_partitions": count})
+    settings = settle_partitions(settings)
+    os.environ["IM_STREAM_PARTITIONS"] = str(settings.partitions)  # the workers' too
+    return settings, data_note
 
 
 def _log_stores(settings: Settings) -> None:

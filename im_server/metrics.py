@@ -140,3 +140,12 @@ UPLOADS = Counter(
     ["event"],
 )
 THUMBNAILS = Counter("im_thumbnails_total", "Thumbnails by result (done, failed)", ["result"])
+FANOUT_SHED = Counter(
+    "im_fanout_shed_total",
+    "Recipient frames dropped from the queue to other processes (it was full); their "
+    "devices catch up by sync",
+)
+RATE_SHARED_FAILURES = Counter(
+    "im_rate_shared_failures_total",
+    "Shared rate checks that Redis could not answer (the request was let through)",
+)

@@ -18,18 +18,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from prometheus_client import Counter
-
+from im_server import metrics
 from im_server.config import Settings
 from im_server.context.batching import Coalescer
 from im_server.errors import ImError, is_store_error
 
 log = logging.getLogger("im_server.limits")
 RateAsk = tuple[str, int, float, float]  # (kind, user_id, rate per s, burst)
-_SHARED_FAILURES = Counter(
-    "im_rate_shared_failures_total",
-    "Shared rate checks that Redis could not answer (the request was let through)",
-)
 
 
 class SharedRates:
@@ -46,7 +41,7 @@ class SharedRates:
         except Exception as e:
             if not is_store_error(e):
                 raise
-            _SHARED_FAILURES.inc()
+            metrics.RATE_SHARED_FAILURES.inc()
             log.debug("shared rate check failed: %r", e)
             return True
 

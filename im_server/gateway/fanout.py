@@ -11,9 +11,11 @@ the listening connections are ``storage/redis/pubsub.py``'s."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from typing import Any
 
+from im_server import metrics
 from im_server.context import Context
 from im_server.gateway.hub import Hub
 from im_server.protocol.close_codes import CloseCode
@@ -24,6 +26,11 @@ log = logging.getLogger("im_server.fanout")
 PRESENCE_S = 1.0  # how often this node says it is alive (``beat``)
 NODE_TTL_MS = 5000  # a node that missed this long of beats is gone
 PUBLISH_BATCH = 2000  # recipients per registry read and publish round trip
+# Frames waiting to be published to other processes, counted in recipients: past this
+# (Redis slower than the sends for long), the oldest are shed and counted; their
+# recipients miss a push, never a message, and their devices' sync fills the gap (a seq
+# past the one they hold, or the next state change, asks for it).
+OUTBOX_MAX_RECIPIENTS = 200_000
 CLOSE_UNAUTHORIZED = CloseCode.UNAUTHORIZED
 
 
@@ -35,7 +42,8 @@ class Fanout:
         self.node = ctx.settings.node_name
         self.others = False  # another live node exists: publish
         self._announced = False
-        self._outbox: list[pubsub.ForUsers] = []
+        self._outbox: collections.deque[pubsub.ForUsers] = collections.deque()
+        self._queued = 0  # recipients in the outbox
         self._control: list[pubsub.Outgoing] = []
         self._wake = asyncio.Event()
         self._subscriber = pubsub.Subscriber(redis, self.node, self._on_message)
@@ -49,7 +57,19 @@ class Fanout:
         self.hub.deliver(user_ids, text, exclude_conn)
         if self.others:
             self._outbox.append((tuple(user_ids), text))
+            self._queued += len(user_ids)
+            if self._queued > OUTBOX_MAX_RECIPIENTS:
+                self._shed()
             self._wake.set()
+
+    def _shed(self) -> None:
+        """Drop the oldest frames until the outbox is back under its bound."""
+        shed = 0
+        while self._queued > OUTBOX_MAX_RECIPIENTS and len(self._outbox) > 1:
+            user_ids, _ = self._outbox.popleft()
+            self._queued -= len(user_ids)
+            shed += len(user_ids)
+        metrics.FANOUT_SHED.inc(shed)
 
     def invalidate(self, kind: str, key: str) -> None:
         self._control.append(pubsub.control(self.node, kind, key))
@@ -125,13 +145,13 @@ class Fanout:
 
     def _take_batch(self) -> list[pubsub.ForUsers]:
         """The oldest frames, up to PUBLISH_BATCH recipients (at least one frame)."""
-        n = users = 0
-        for user_ids, _ in self._outbox:
-            n += 1
-            users += len(user_ids)
-            if users >= PUBLISH_BATCH:
-                break
-        batch, self._outbox = self._outbox[:n], self._outbox[n:]
+        batch: list[pubsub.ForUsers] = []
+        users = 0
+        while self._outbox and users < PUBLISH_BATCH:
+            item = self._outbox.popleft()
+            batch.append(item)
+            users += len(item[0])
+        self._queued -= users
         return batch
 
     # ---- from other nodes ----------------------------------------------------------------
