@@ -11,7 +11,7 @@ import pytest
 
 from im_server.client import Client, Connection
 from im_server.client.transport import request_sync
-from tests.support import Make, ServerProcess, Stores, befriend, close_made, new_user
+from tests.support import MADE, Make, ServerProcess, Stores, befriend, close_made, new_user
 
 
 @pytest.fixture(scope="session")
@@ -41,10 +41,12 @@ def server(stores: Stores, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(autouse=True)
 async def _close_made_clients() -> AsyncIterator[None]:
-    """Every client ``new_user`` made is closed when its test ends (an HTTP pool left open
-    holds sockets and warns when collected)."""
+    """Every client ``new_user`` made during a test is closed when the test ends (an HTTP
+    pool left open holds sockets and warns when collected); fixtures of a wider scope
+    were set up before this one, and keep theirs."""
+    since = len(MADE)
     yield
-    await close_made()
+    await close_made(since)
 
 
 @pytest.fixture

@@ -28,8 +28,9 @@ PASSWORD = "password-1234"
 
 
 MADE: list[Client] = []
-"""Clients made by :func:`new_user`, closed after each test (``close_made`` in conftest)
-whether or not the test closed them."""
+"""Clients made by :func:`new_user`; those a test made are closed after it
+(``close_made`` in conftest) whether or not it closed them. Those made by a module's or
+the session's fixtures (before the test began) are theirs to keep."""
 
 
 async def new_user(url: str, prefix: str = "u") -> Client:
@@ -38,8 +39,9 @@ async def new_user(url: str, prefix: str = "u") -> Client:
     return c
 
 
-async def close_made() -> None:
-    made, MADE[:] = list(MADE), []
+async def close_made(since: int) -> None:
+    """Close the clients made after the first ``since`` (the test's own)."""
+    made, MADE[since:] = MADE[since:], []
     for c in made:
         await c.aclose()
 
