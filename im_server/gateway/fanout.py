@@ -17,6 +17,7 @@ from typing import Any
 
 from im_server import metrics
 from im_server.context import Context
+from im_server.errors import is_store_error
 from im_server.gateway.hub import Hub
 from im_server.protocol.close_codes import CloseCode
 from im_server.storage.redis import pubsub
@@ -41,6 +42,7 @@ class Fanout:
         self.redis = redis
         self.node = ctx.settings.node_name
         self.others = False  # another live node exists: publish
+        self.live: set[str] = {self.node}  # the live nodes, as of the last beat
         self._announced = False
         self._outbox: collections.deque[pubsub.ForUsers] = collections.deque()
         self._queued = 0  # recipients in the outbox
@@ -61,6 +63,31 @@ class Fanout:
             if self._queued > OUTBOX_MAX_RECIPIENTS:
                 self._shed()
             self._wake.set()
+
+    async def claim_socket(self, user_id: int) -> bool:
+        """One more socket of the user, unless the user holds the cap of sockets on every
+        live node together (``max_connections_per_user`` for the user as a whole). A
+        Redis that cannot answer lets the socket in (each process still caps its own)."""
+        try:
+            return await self.redis.claim_socket(
+                user_id, self.node, self.live, self.ctx.settings.max_connections_per_user
+            )
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            log.debug("socket count of user %d not kept: %r", user_id, e)
+            return True
+
+    def release_socket(self, user_id: int) -> None:
+        self.ctx.spawn(self._release(user_id), name="socket-release")
+
+    async def _release(self, user_id: int) -> None:
+        try:
+            await self.redis.release_socket(user_id, self.node)
+        except Exception as e:
+            if not is_store_error(e):
+                raise
+            log.debug("socket release of user %d not kept: %r", user_id, e)
 
     def _shed(self) -> None:
         """Drop the oldest frames until the outbox is back under its bound."""
@@ -118,6 +145,7 @@ class Fanout:
         try:
             nodes = await self.redis.heartbeat(self.node, NODE_TTL_MS)
             self.others = any(n != self.node for n in nodes)
+            self.live = set(nodes)
         except BaseException:
             self.others = True  # Redis down: keep publishing to be safe
             raise

@@ -207,7 +207,9 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         code = CloseCode.UNAUTHORIZED if unauthorized else CloseCode.TRY_AGAIN
         await refuse(send_, code, e.message)
         return
-    if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user:
+    if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user or not (
+        await gw.fanout.claim_socket(user_id)
+    ):
         await refuse(send_, CloseCode.TOO_MANY_CONNECTIONS, "too many connections for this user")
         return
     session = Session(user_id, device_id, max_frame_bytes=ctx.settings.max_frame_bytes)
@@ -215,8 +217,13 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
     # message sent after the client sees the socket open is never missed
     conn = Conn(user_id, device_id, accounts.token_hash(token or ""), send_, MAX_BACKLOG)
     conn.backlog = collections.deque()  # frames pushed before the accept wait here
-    if gw.hub.add(conn):
-        await gw.fanout.subscribe_user(user_id)
+    try:
+        if gw.hub.add(conn):
+            await gw.fanout.subscribe_user(user_id)
+    except BaseException:
+        gw.fanout.release_socket(user_id)  # claimed above; the finally below is not reached
+        gw.hub.remove(conn)
+        raise
     if gw.presence is not None and gw.hub.device_connections(user_id, device_id) == 1:
         gw.presence.touch(user_id)  # the device's first socket here (maybe the user's)
     try:
@@ -242,6 +249,7 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         gw.report_bug(conn, session, "receive")
     finally:
         conn.closing = True
+        gw.fanout.release_socket(user_id)
         if gw.hub.remove(conn):
             gw.fanout.user_offline(user_id)
         if gw.presence is not None and gw.hub.device_connections(user_id, device_id) == 0:

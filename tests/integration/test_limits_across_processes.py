@@ -11,9 +11,18 @@ from collections.abc import Iterator
 import pytest
 
 from im_server.client import ApiError, Client
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, linked_servers, new_user
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    linked_servers,
+    new_user,
+)
 
 RATE, BURST = 2.0, 10
+MAX_CONNS = 3
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +33,7 @@ def two(stores: Stores) -> Iterator[tuple[ServerProcess, ServerProcess]]:
         "IM_RATE_SEND_BURST": str(BURST),
         "IM_RATE_SEARCH_PER_S": str(RATE),
         "IM_RATE_SEARCH_BURST": str(BURST),
+        "IM_MAX_CONNECTIONS_PER_USER": str(MAX_CONNS),
     }
     with linked_servers(env, "lim-1", "lim-2") as pair:
         yield pair
@@ -71,3 +81,35 @@ async def test_searches_through_two_processes_share_one_bucket(
                 assert e.code == "rate_limited", e
         elapsed = time.monotonic() - started
     assert ok <= BURST + int(elapsed * RATE) + 1, (ok, elapsed)
+
+
+async def test_the_socket_cap_counts_the_sockets_on_every_process(
+    two: tuple[ServerProcess, ServerProcess],
+) -> None:
+    a, a2, _conv = await _on_both(*two)
+    async with a2:
+        held = [await a.connect(), await a.connect(), await a2.connect()]  # 2 + 1: the cap
+        for c in held:
+            await c.ping()
+        # a fourth, on either process, is refused (each alone holds fewer than the cap)
+        for client in (a2, a):
+            extra = await client.connect()
+            assert await extra.wait_closed(5) == 1008
+        for c in held:
+            await c.ping()
+            assert not c.closed.is_set()
+        # a socket closed on one process frees a place for the other
+        await held[0].close()
+
+        async def reconnects() -> bool:
+            c = await a2.connect()
+            try:
+                await c.wait_closed(0.5)
+            except TimeoutError:  # still open: accepted
+                held.append(c)
+                return True
+            return False
+
+        assert await eventually(reconnects, timeout=10)
+        for c in held[1:]:
+            await c.close()

@@ -136,6 +136,11 @@ def last_seen(user_id: int) -> str:
     return LAST_SEEN + str(user_id)
 
 
+def user_sockets(user_id: int) -> str:
+    """hash node -> the user's open sockets on that node (the cap across processes)."""
+    return f"im:sk:{user_id}"
+
+
 RATE_TAGS = 16  # shared rate buckets are spread over this many hash tags
 
 

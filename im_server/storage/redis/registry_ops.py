@@ -51,6 +51,36 @@ class RegistryOps:
             pipe.pexpire(key, ttl_ms)
         await pipe.execute()
 
+    # ---- the sockets of a user, on every node -----------------------------------------------
+
+    async def claim_socket(self, user_id: int, node: str, live: set[str], cap: int) -> bool:
+        """Count one more socket of the user on ``node`` unless the user already holds
+        ``cap`` on the live nodes together (then nothing changes). Counts of nodes that
+        are no longer live are dropped on the way (a crashed process's)."""
+        key = keys.user_sockets(user_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(key, node, 1)
+        pipe.hgetall(key)
+        _, counts = await pipe.execute()
+        held, dead = 0, []
+        for n, c in counts.items():
+            if n == node or n in live:
+                held += int(c)
+            else:
+                dead.append(n)
+        if dead:
+            await self.client.hdel(key, *dead)
+        if held > cap:
+            await self.release_socket(user_id, node)
+            return False
+        return True
+
+    async def release_socket(self, user_id: int, node: str) -> None:
+        """One socket of the user on ``node`` fewer."""
+        key = keys.user_sockets(user_id)
+        if int(await self.client.hincrby(key, node, -1)) <= 0:
+            await self.client.hdel(key, node)
+
     async def unregister_user(self, node: str, user_id: int) -> None:
         await self.client.zrem(keys.user_nodes(user_id), node)
 
