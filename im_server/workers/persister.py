@@ -142,6 +142,8 @@ class Persister:
                     self.held.clear()
                 else:
                     log.warning("persister: %r; retrying in %.1f s", e, backoff)
+                    if self.ctx.redis.cluster:  # a primary gone: learn who serves now
+                        await self.ctx.redis.refresh_map(force=True)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
         self._cancel_reads(set())

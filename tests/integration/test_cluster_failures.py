@@ -17,9 +17,12 @@ import asyncio
 import statistics
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from redis.cluster import RedisCluster
 
+from im_server.bench.chaos.processes import PersisterProcess
 from im_server.client import Client, Connection
 from im_server.runtime.cluster_admin import slot_of
 from im_server.runtime.embedded import EmbeddedRuntimeError
@@ -39,17 +42,30 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
 
 
 @pytest.fixture(scope="module")
-def on_cluster(
+def env(
     stores: Stores, cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    env = {
+) -> dict[str, str]:
+    return {
         **stores.env(),
         "IM_REDIS_URL": cluster.url,
         "IM_REDIS_CLUSTER": "true",
         "IM_REDIS_MAP_REFRESH_SECONDS": "1",
         "IM_TEST_LOG_DIR": str(tmp_path_factory.mktemp("cf-logs")),
     }
-    srv = ServerProcess(env=env).start()
+
+
+@pytest.fixture(scope="module")
+def persister(env: dict[str, str]) -> Iterator[PersisterProcess]:
+    """The persister apart from the server, so a test can hold it (what is acked then
+    lives in Redis alone)."""
+    p = PersisterProcess(env, "cf-persister", Path(env["IM_TEST_LOG_DIR"])).start()
+    yield p
+    p.terminate()
+
+
+@pytest.fixture(scope="module")
+def on_cluster(env: dict[str, str], persister: PersisterProcess) -> Iterator[ServerProcess]:
+    srv = ServerProcess(env=env, extra_args=["--no-persister"]).start()
     yield srv
     srv.terminate()
 
@@ -175,3 +191,79 @@ async def test_a_dead_primary_stops_only_its_own_shard(
         return got if len(got) >= len(acked) else None
 
     assert await eventually(stored, timeout=30) == acked
+
+
+async def test_an_ack_without_a_replica_survives_its_primary_crash(
+    cluster: EmbeddedCluster,
+    on_cluster: ServerProcess,
+    persister: PersisterProcess,
+    env: dict[str, str],
+    stores: Stores,
+) -> None:
+    """Where the previous test left it: a shard whose primary (the promoted replica) has
+    no replica, the lost node still dead. Its acks wait for the primary's AOF fsync
+    (``aof``, the default): with the persister held, so the acked sends live in Redis
+    alone, kill -9 of that primary too (both nodes of the shard down) loses none of
+    them: restarted on its folder it has them, and the persister stores every one under
+    its acked seq. With ``refuse`` the same shard answers ``unavailable`` instead."""
+    dead = [n.port for n in cluster.nodes if n.pid() is None]
+    assert len(dead) == 1, "the previous test leaves one node dead"
+    lonely = _lonely_primary(cluster)
+    a, b = await new_user(on_cluster.url, "aa"), await new_user(on_cluster.url, "ab")
+    while True:
+        conv = await befriend(a, b)
+        if _primary_of(cluster, conv) == lonely:
+            break
+        a, b = await new_user(on_cluster.url, "aa"), await new_user(on_cluster.url, "ab")
+
+    # a process started now names a live node (the module's first URL may be the dead one)
+    live_env = {**env, "IM_REDIS_URL": cluster.url}
+    strict = ServerProcess(
+        env={**live_env, "IM_REDIS_ACK_WITHOUT_REPLICA": "refuse", "IM_NODE_NAME": "cf-strict"},
+        extra_args=["--no-persister"],
+    ).start()
+    try:
+        on_strict = await Client.login(strict.url, str(a.username), "password-1234")
+        async with on_strict:
+            conn = await on_strict.connect()
+            ack = await conn.send(conv, "strict", client_msg_id="strict-1")
+            assert ack["ok"] is False and ack["code"] == "unavailable", ack
+            await conn.close()
+    finally:
+        strict.terminate()
+
+    persister.terminate()  # what is acked from now on lives in Redis alone
+    conn = await a.connect()
+    acked = {}
+    for i in range(20):
+        ack = await conn.send(conv, f"m{i}", client_msg_id=f"aof-{i}")
+        assert ack["ok"] is True, ack
+        acked[f"aof-{i}"] = (conv, int(ack["seq"]))
+    await conn.close()
+    cluster.kill_node(lonely)  # both nodes of the shard are down now
+    await asyncio.to_thread(cluster.restart_node, lonely)
+    persister.env["IM_REDIS_URL"] = cluster.url
+    persister.start()
+
+    async def stored() -> dict[str, tuple[str, int]] | None:
+        async with pg(stores) as db:
+            rows = await db.fetch(
+                "SELECT client_msg_id, seq FROM messages WHERE conv_id = $1", conv
+            )
+        got = {r["client_msg_id"]: (conv, int(r["seq"])) for r in rows}
+        return got if len(got) >= len(acked) else None
+
+    assert await eventually(stored, timeout=60) == acked
+
+
+def _lonely_primary(cluster: EmbeddedCluster) -> int:
+    """The port of the primary that the slot map shows without a replica."""
+    rc = RedisCluster.from_url(cluster.url)
+    try:
+        lonely = {
+            int(nodes[0].port) for nodes in rc.nodes_manager.slots_cache.values() if len(nodes) == 1
+        }
+    finally:
+        rc.close()
+    assert len(lonely) == 1, lonely
+    return lonely.pop()

@@ -173,8 +173,13 @@ class AckedSends:
                 not force and asked_at - self._refreshed_at < MAP_REFRESH_MIN_S
             ):
                 return  # another caller refreshed while this one waited
+            rc = self._cluster()
             try:
-                await self._cluster().nodes_manager.initialize()
+                await rc.nodes_manager.initialize()
+                # the client asks one node for the keys of commands such as XREADGROUP
+                # (COMMAND GETKEYS); it keeps asking the node it first chose, dead or not,
+                # unless pointed at a live one again
+                await rc.commands_parser.initialize(rc.get_default_node())
             except Exception as e:  # noqa: BLE001 - the cluster is down: the next call tries again
                 log.debug("refreshing the cluster map failed: %r", e)
             self._refreshed_at = time.monotonic()
