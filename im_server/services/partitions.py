@@ -11,13 +11,14 @@ missed. So a new keyspace in cluster mode gets ``CLUSTER_DEFAULT`` (well above a
 shard count one would run), a single Redis gets 1 (nothing to spread over), and a
 start that asks for another count than the recorded one is refused with what to do.
 
-A keyspace made before the count was recorded (conversations exist in PostgreSQL, no
-record in Redis) ran with the count configured then: ``IM_STREAM_PARTITIONS``, or 1."""
+A keyspace made before the count was recorded (its first stream exists, no record) ran
+with the count configured then: ``IM_STREAM_PARTITIONS``, or 1. A new keyspace next to
+a database that holds data (a move from a single Redis to a cluster) takes the default:
+its keys are all new anyway, and the seqs go on from the database."""
 
 from __future__ import annotations
 
 from im_server.context import Context
-from im_server.storage import conversations
 
 CLUSTER_DEFAULT = 64
 SINGLE_DEFAULT = 1
@@ -55,8 +56,7 @@ async def settle(ctx: Context) -> int:
     configured = ctx.settings.stream_partitions
     recorded = await ctx.redis.recorded_partitions()
     if recorded is None:
-        async with ctx.db.connect() as conn:
-            has_data = await conversations.any_conversation(conn)
+        has_data = await ctx.redis.has_streams()
         want = first_count(configured, ctx.settings.redis_cluster, has_data)
         recorded = await ctx.redis.record_partitions(want)
     count = check(configured, recorded)

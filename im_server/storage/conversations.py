@@ -217,10 +217,3 @@ def message_dict(row: Any) -> dict[str, Any]:
 
 # The visible window of member m in conversation c, and the unread cursor with the
 # COALESCE fallback: my read cursor, else my last sent seq there, else 0.
-
-
-async def any_conversation(conn: AsyncConnection) -> bool:
-    """Whether the data set holds any conversation (one made before the partition count
-    was recorded keeps the count it ran with: ``services/partitions.py``)."""
-    r = await conn.execute(text("SELECT EXISTS (SELECT 1 FROM conversations)"))
-    return bool(r.scalar_one())

@@ -9,8 +9,11 @@ import asyncio
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+from im_server.runtime.embedded import start_redis
 from im_server.storage.redis import keys
+from im_server.storage.redis.store import RedisStore
 from tests.support import ServerProcess, Stores, rds
 
 
@@ -47,3 +50,21 @@ async def test_a_start_with_another_count_is_refused_and_changes_nothing(
     assert "listening" not in done.stdout
     async with rds(stores) as r:
         assert await r.get(keys.PARTITIONS) == "1"  # not re-recorded
+
+
+async def test_a_keyspace_with_a_stream_is_one_made_before_the_record(tmp_path: Path) -> None:
+    """The upgrade case is told by the keyspace itself: partition 0's stream exists in
+    one that served sends (whatever its count), and none in a new one, even beside a
+    database that holds data (a move to a new cluster: every key is new anyway)."""
+    rd = start_redis(tmp_path / "redis")
+    store = RedisStore(rd.url, dedupe_ttl=60)
+    try:
+        assert await store.has_streams() is False
+        await store.ensure_group(0)
+        assert await store.has_streams() is True
+        assert await store.record_partitions(1) == 1
+        assert await store.record_partitions(64) == 1  # the first record stays
+        assert await store.recorded_partitions() == 1
+    finally:
+        await store.close()
+        rd.stop()

@@ -23,7 +23,7 @@ def test_a_single_redis_keeps_one_partition() -> None:
 
 
 def test_data_made_before_the_record_keeps_the_count_it_ran_with() -> None:
-    # conversations in PostgreSQL, no record in Redis: the old default (1), or the
+    # a stream in Redis, no record: the old default (1), or the
     # count configured, never the new default (that would re-key every conversation)
     assert first_count(None, cluster=True, has_data=True) == 1
     assert first_count(8, cluster=True, has_data=True) == 8

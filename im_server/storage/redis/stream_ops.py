@@ -29,6 +29,11 @@ class StreamOps:
         v = await self.client.get(keys.PARTITIONS)
         return None if v is None else int(v)
 
+    async def has_streams(self) -> bool:
+        """Whether this keyspace already holds the durable queue (made before the count
+        was recorded: partition 0's stream exists whatever the count was)."""
+        return bool(await self.client.exists(keys.stream(0)))
+
     async def record_partitions(self, count: int) -> int:
         """Record ``count`` unless a count is recorded already; the recorded one either
         way (processes starting at once agree on the first)."""
