@@ -1,9 +1,10 @@
 """Run the chaos scenarios of :mod:`im_server.bench.chaos` and print what they found:
 
-    ./scripts/bench chaos [--scenarios gateway,redis] [--pre 15] [--post 5] [--window 16]
-                          [--json] [--keep]
+    ./scripts/bench chaos [--scenarios gateway,redis,cluster] [--pre 15] [--post 5]
+                          [--window 16] [--json] [--keep]
 
-Every scenario by default, one after the other, each with its own stores in a temp folder.
+Every scenario by default, one after the other, each with its own stores in a temp folder;
+``cluster`` is the scenario of a Valkey Cluster's failures (``chaos/cluster.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import orjson
 
 from im_server.bench import chaos
+from im_server.bench.chaos import cluster as chaos_cluster
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -32,8 +34,16 @@ async def amain(args: argparse.Namespace) -> int:
     )
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     results: list[chaos.Result] = []
+    cluster_res: dict[str, object] | None = None
     base = Path(tempfile.mkdtemp(prefix="im-chaos-"))
     try:
+        if "cluster" in names:
+            names.remove("cluster")
+            if not args.json:
+                print("== cluster: kill -9 of a primary (never restarted), then a slot move")
+            cluster_res = await chaos_cluster.run(base / "cluster", load_s=args.pre)
+            if not args.json:
+                chaos_cluster.print_table(cluster_res)
         for name in names:
             if not args.json:
                 print(
@@ -50,10 +60,14 @@ async def amain(args: argparse.Namespace) -> int:
     if args.json:
         print(
             orjson.dumps(
-                {"params": asdict(p), "scenarios": [r.summary() for r in results]}
+                {
+                    "params": asdict(p),
+                    "scenarios": [r.summary() for r in results],
+                    "cluster": cluster_res,
+                }
             ).decode()
         )
-    else:
+    elif results:
         print()
         chaos.print_table(results)
         print(
@@ -64,7 +78,10 @@ async def amain(args: argparse.Namespace) -> int:
             "after the kill; max gap: longest stretch without any ok ack; backlog: "
             "kill -> every pre-kill ack in PostgreSQL; drain: load stop -> stream empty."
         )
-    return 0 if all(r.ok for r in results) else 1
+    cluster_ok = cluster_res is None or not any(
+        cluster_res[k] for k in ("lost", "duplicated", "seq_violations")
+    )
+    return 0 if all(r.ok for r in results) and cluster_ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         description=f"{__doc__}\n{chaos.__doc__}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--scenarios", default=",".join(chaos.SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join((*chaos.SCENARIOS, "cluster")))
     ap.add_argument("--pre", type=float, default=15.0, help="seconds of load before the kill")
     ap.add_argument("--post", type=float, default=5.0, help="seconds of load after recovery")
     ap.add_argument("--down", type=float, default=1.0, help="seconds a store stays dead")
