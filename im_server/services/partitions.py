@@ -18,7 +18,11 @@ its keys are all new anyway, and the seqs go on from the database."""
 
 from __future__ import annotations
 
+import logging
+
 from im_server.context import Context
+
+log = logging.getLogger("im_server.partitions")
 
 CLUSTER_DEFAULT = 64
 SINGLE_DEFAULT = 1
@@ -62,4 +66,10 @@ async def settle(ctx: Context) -> int:
     count = check(configured, recorded)
     ctx.settings = ctx.settings.model_copy(update={"stream_partitions": count})
     ctx.redis.partitions = count
+    if ctx.settings.redis_cluster and await ctx.redis.full_coverage_required():
+        log.warning(
+            "the Redis Cluster has cluster-require-full-coverage yes: while any slot has "
+            "no live primary, every node refuses every command, so one shard's failure "
+            "stops the sends of all; set it to no (see docs/scaling.md, 'Cluster mode')"
+        )
     return count

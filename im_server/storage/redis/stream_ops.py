@@ -29,6 +29,21 @@ class StreamOps:
         v = await self.client.get(keys.PARTITIONS)
         return None if v is None else int(v)
 
+    async def full_coverage_required(self) -> bool | None:
+        """A Cluster's ``cluster-require-full-coverage`` (yes: every node refuses every
+        command while any slot has no live primary); None where CONFIG is not allowed."""
+        try:
+            got: Any = await self.client.config_get("cluster-require-full-coverage")
+        except Exception:  # noqa: BLE001 - CONFIG renamed away or refused: nothing to say
+            return None
+        # a dict of the setting, or on a Cluster perhaps one per node
+        while isinstance(got, dict) and "cluster-require-full-coverage" not in got and got:
+            got = next(iter(got.values()))
+        if isinstance(got, list) and got:
+            got = got[0]
+        value = got.get("cluster-require-full-coverage") if isinstance(got, dict) else None
+        return None if value is None else str(value).lower() == "yes"
+
     async def has_streams(self) -> bool:
         """Whether this keyspace already holds the durable queue (made before the count
         was recorded: partition 0's stream exists whatever the count was)."""
