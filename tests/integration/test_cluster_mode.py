@@ -1,7 +1,7 @@
 """The server on a Valkey Cluster (3 primaries, 3 replicas, started from the wheel):
-`IM_REDIS_CLUSTER=true` and no other setting (a new keyspace spreads over every shard:
-64 stream partitions), two gateway
-processes and a persister of its own. Sends to conversations of every shard are acked with dense seqs, reach the
+`IM_REDIS_CLUSTER=true` and no partition setting (a new keyspace spreads over every
+shard: 64 stream partitions), the stricter ack rule (``IM_REDIS_ACK_WITHOUT_REPLICA=
+refuse``), two gateway processes and a persister of its own. Sends to conversations of every shard are acked with dense seqs, reach the
 other process's devices, are deduplicated and stored once; logins (script calls on
 counters of different slots) and presence work; no call crosses slots."""
 
@@ -60,6 +60,9 @@ def on_cluster(
         **stores.env(),
         "IM_REDIS_URL": cluster.url,
         "IM_REDIS_CLUSTER": "true",
+        # the stricter ack rule: no ack until a replica holds the send (the default, acks
+        # on the primary's own AOF when it has no live replica, is test_cluster_failures')
+        "IM_REDIS_ACK_WITHOUT_REPLICA": "refuse",
         "IM_REDIS_MAP_REFRESH_SECONDS": str(MAP_REFRESH_S),
         "IM_TEST_LOG_DIR": str(logs),
     }
@@ -269,7 +272,7 @@ async def test_an_ack_waits_for_a_replica(
             os.kill(pid or 0, signal.SIGCONT)
     assert refused["ok"] is False and refused["code"] == "unavailable", refused
     again = await eventually(lambda: _acked(conn, conv, "w-1"), timeout=30)
-    assert again["duplicate"] is True, again
+    assert again["duplicate"] is True, (refused, again)
     await conn.close()
     await a.aclose()
     await b.aclose()
@@ -346,8 +349,8 @@ async def test_kill9_of_a_primary_loses_no_acked_send(
     messages, and sends to that partition are acked again within 15 s (a client retries
     an `unavailable` send with the same client_msg_id). The promoted replica has no
     replica of its own until the killed node is back (restarted as a supervisor would,
-    once the fail-over is done): until then its acks wait for its own AOF (WAITAOF),
-    and once the node is back, for that replica again."""
+    once the fail-over is done): with the module's ``refuse`` rule its sends are refused
+    until then, not acked without a replica."""
     s1, _s2 = on_cluster
     a = await new_user(s1.url, "ka")
     friends = [await new_user(s1.url, "kf") for _ in range(6)]
