@@ -26,6 +26,11 @@ BENCH_ENV = {
     "IM_RATE_SEND_PER_S": "0",
     "IM_RATE_READ_PER_S": "0",
     "IM_RATE_TYPING_PER_S": "0",
+    # a benchmark makes its users from one address, many more than a person would
+    "IM_REGISTER_ADDR_MAX": "1000000",
+    "IM_FRIEND_REQUEST_USER_MAX": "1000000",
+    "IM_LOOKUP_USER_MAX": "1000000",
+    "IM_LOOKUP_ADDR_MAX": "1000000",
     "IM_LOG_LEVEL": "WARNING",
 }
 

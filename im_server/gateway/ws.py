@@ -97,10 +97,11 @@ class Gateway:
         The acks of one socket come back in the order of its frames: a send that needs
         work before its script call (a mention, a reply, an upload) waits for the
         socket's previous one, and so does any send behind it (with other processes
-        serving, every send: the shared rate check is a round trip first); a plain send
-        with none before it is answered straight from the service's callback, without a
-        task."""
-        if cmd.plain and conn.send_chain is None and not self.ctx.rate.send.shared_active:
+        serving, a send whose sender holds no shared rate token here: a lease of them is
+        a round trip first); a plain send with none before it is answered straight from
+        the service's callback, without a task."""
+        rate = self.ctx.rate.send
+        if cmd.plain and conn.send_chain is None and not rate.needs_round_trip(conn.user_id):
             fut = send.accept(self.ctx, conn.user_id, cmd.conv, cmd, exclude_conn=conn.id)
             fut.add_done_callback(lambda f: self._answer(conn, session, cmd.client_msg_id, f))
             return
@@ -226,6 +227,7 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         raise
     if gw.presence is not None and gw.hub.device_connections(user_id, device_id) == 1:
         gw.presence.touch(user_id)  # the device's first socket here (maybe the user's)
+    ctx.rate.send.prefetch(user_id)  # with other processes: shared send tokens in hand
     try:
         await send_({"type": "websocket.accept"})
         while conn.backlog and not conn.closing:

@@ -79,9 +79,10 @@ def accept(
         metrics.SENDS.labels(e.code).inc()
         out.set_exception(e)
         return out
-    if not fields.plain or ctx.rate.send.shared_active:
+    if not fields.plain or ctx.rate.send.needs_round_trip(sender_id):
         _into(ctx, out, _checked_send(ctx, sender_id, ref, fields, content_json, exclude_conn))
         return out
+    ctx.rate.send.spend_leased(sender_id)  # with other processes: a token in hand
     args = new_args(ctx, sender_id, ref, fields.client_msg_id, fields.content_type, content_json)
     started = time.perf_counter()
 
@@ -126,8 +127,9 @@ async def _checked_send(
     exclude_conn: int | None,
 ) -> AckOk:
     """A send that mentions, replies or carries an upload: its checks read the members,
-    the window or the upload first. With other processes serving, any send: the sender's
-    shared rate bucket is asked first (``context/limits.py``)."""
+    the window or the upload first. With other processes serving, any send whose
+    sender holds no shared token here: a lease of them is taken first
+    (``context/limits.py``)."""
     await ctx.rate.send.check_shared(sender_id, "messages")
     if fields.plain:
         return await do_send(

@@ -12,7 +12,7 @@ from redis.commands.core import AsyncScript
 from im_server.storage.redis import keys
 from im_server.storage.redis.replies import ScriptReplyError
 
-RateAsk = tuple[str, int, float, float]  # (kind, user_id, rate per s, burst)
+RateAsk = tuple[str, int, float, float, int]  # (kind, user_id, rate per s, burst, tokens)
 
 
 class RateOps:
@@ -21,26 +21,27 @@ class RateOps:
     client: aioredis.Redis
     _rate_take: AsyncScript
 
-    async def take_rates(self, asks: list[RateAsk]) -> list[bool]:
-        """One token from each asked bucket: True where taken. One script call per hash
-        tag among the asks (one on a single Redis, a few on a Cluster), all at once."""
+    async def take_rates(self, asks: list[RateAsk]) -> list[int]:
+        """Up to the asked tokens from each bucket: how many were granted. One script
+        call per hash tag among the asks (one on a single Redis, a few on a Cluster),
+        all at once."""
         by_tag: dict[int, list[int]] = {}
-        for i, (_kind, user_id, _rate, _burst) in enumerate(asks):
+        for i, (_kind, user_id, _rate, _burst, _n) in enumerate(asks):
             by_tag.setdefault(keys.rate_tag(user_id), []).append(i)
         groups = list(by_tag.values())
         replies = await asyncio.gather(
             *(
                 self._rate_take(
                     keys=[keys.rate_bucket(asks[i][0], asks[i][1]) for i in idxs],
-                    args=[v for i in idxs for v in (asks[i][2], asks[i][3])],
+                    args=[v for i in idxs for v in (asks[i][2], asks[i][3], asks[i][4])],
                 )
                 for idxs in groups
             )
         )
-        out = [False] * len(asks)
+        out = [0] * len(asks)
         for idxs, reply in zip(groups, replies, strict=True):
             if not isinstance(reply, list) or len(reply) != len(idxs):
                 raise ScriptReplyError(f"rate_take: {len(idxs)} answers expected: {reply!r:.100}")
-            for i, taken in zip(idxs, reply, strict=True):
-                out[i] = int(taken) == 1
+            for i, granted in zip(idxs, reply, strict=True):
+                out[i] = int(granted)
         return out
