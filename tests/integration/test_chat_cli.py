@@ -224,8 +224,15 @@ async def test_edit_command_and_notices(tty: StartTty, make: Make) -> None:
     notice = await _message(cb, "edit")
     assert notice["content"] == {"seq": seq, "content": {"text": "hello world"}}
     await t.expect(rf"#{seq} edited: hello world$")
-    # history shows the new text, marked
+    # history shows the new text, marked (once the edit is in PostgreSQL: the ack and the
+    # notice come first)
     await persisted(alice, conv, notice["seq"])
+
+    async def shows_the_edit() -> bool:
+        msgs = (await alice.history(conv, begin=seq, end=seq))["messages"]
+        return bool(msgs) and msgs[0]["content"] == {"text": "hello world"}
+
+    await eventually(shows_the_edit)
     await t.type("/history 5")
     line = await t.expect(rf"#{seq} me: ")
     assert line.endswith("me: hello world (edited)"), line
