@@ -36,7 +36,9 @@ from im_server.services import presence
 from im_server.services.accounts import idle_cutoff
 from im_server.storage import conv_states
 from im_server.storage import push as store
-from im_server.storage.push import Later, PushMessage, Recipient, Registration
+from im_server.storage import push_outbox as outbox_store
+from im_server.storage.push import Registration
+from im_server.storage.push_outbox import Later, PushMessage, Recipient
 
 MessageKey = tuple[str, int]
 # messages read after the first pushed one of a conversation, at most (a pusher that far
@@ -60,7 +62,7 @@ def _devices(regs: Sequence[Registration], connected: Collection[str]) -> list[P
 
 class Tail:
     """The countable messages of one conversation after the first one pushed in a round
-    (``storage.push.later_messages``), indexed so that "how many of them count for this
+    (``storage.push_outbox.later_messages``), indexed so that "how many of them count for this
     member after this seq" is a few bisections, not a scan per (message, member)."""
 
     def __init__(self, later: Sequence[Later]) -> None:
@@ -160,8 +162,8 @@ def plan_badges(
 async def message_work(ctx: Context, keys: Sequence[MessageKey]) -> list[Outgoing]:
     """The pushes of these claimed messages, from the state right now."""
     async with ctx.db.connect() as conn:
-        msgs = await store.messages_to_push(conn, keys)
-        recips = await store.recipients(
+        msgs = await outbox_store.messages_to_push(conn, keys)
+        recips = await outbox_store.recipients(
             conn, [(m.conv_id, m.seq) for m in msgs], conv_states.CURSOR
         )
         users = sorted({r.user_id for r in recips})
@@ -181,7 +183,9 @@ async def message_work(ctx: Context, keys: Sequence[MessageKey]) -> list[Outgoin
         conn = await raw.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
             badges = await conv_states.badges(conn, wanted)
-            later = await store.later_messages(conn, firsts, conv_states.NOT_COUNTED, TAIL_MAX)
+            later = await outbox_store.later_messages(
+                conn, firsts, conv_states.NOT_COUNTED, TAIL_MAX
+            )
     by_conv: dict[str, list[Later]] = {}
     for t in later:
         by_conv.setdefault(t.conv_id, []).append(t)

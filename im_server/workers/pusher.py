@@ -26,6 +26,7 @@ from im_server.services import push
 from im_server.services.push import MessageKey, Outgoing
 from im_server.services.push_gateway import Answer, Gateway, Outcome
 from im_server.storage import push as store
+from im_server.storage import push_outbox as outbox_store
 from im_server.workers.rounds import BACKOFF_MIN_S, RoundWorker
 
 log = logging.getLogger("im_server.push")
@@ -73,8 +74,8 @@ class Pusher(RoundWorker):
         now = _now_ms()
         lease_ms = int(s.push_lease_seconds * 1000)
         async with self.ctx.db.begin() as conn:
-            rows = await store.claim_messages(conn, now, lease_ms, self.claim)
-            badge_rows = await store.claim_badges(conn, now, lease_ms, s.push_batch)
+            rows = await outbox_store.claim_messages(conn, now, lease_ms, self.claim)
+            badge_rows = await outbox_store.claim_badges(conn, now, lease_ms, s.push_batch)
         metrics.PHONE_PUSH_LAG.set(max(0, now - min(t for _, _, t in rows)) / 1000 if rows else 0)
         if not rows and not badge_rows:
             return False
@@ -91,8 +92,8 @@ class Pusher(RoundWorker):
         lease), when the database still answers."""
         try:
             async with self.ctx.db.begin() as conn:
-                await store.release_messages(conn, keys, 0)
-                await store.release_badges(conn, users, 0)
+                await outbox_store.release_messages(conn, keys, 0)
+                await outbox_store.release_badges(conn, users, 0)
         except Exception as e:  # noqa: BLE001 - the store failed: the lease frees them later
             log.debug("pusher could not give its rows back: %r", e)
 
@@ -175,12 +176,12 @@ class Pusher(RoundWorker):
                 log.info(
                     "push gateway rejected %d pushkeys; %d registrations deleted", len(rejected), n
                 )
-            await store.finish_messages(conn, done_keys)
-            await store.release_messages(conn, sorted(failed_keys), retry_at)
-            await store.finish_badges(
+            await outbox_store.finish_messages(conn, done_keys)
+            await outbox_store.release_messages(conn, sorted(failed_keys), retry_at)
+            await outbox_store.finish_badges(
                 conn, done_badges, now + int(s.push_badge_coalesce_seconds * 1000)
             )
-            await store.release_badges(conn, sorted(failed_users), retry_at)
+            await outbox_store.release_badges(conn, sorted(failed_users), retry_at)
         done = set(done_keys)
         self._posted = {p for p in self._posted if p[0] not in done}
         if len(self._posted) > POSTED_MAX:  # rows another pusher took over and finished

@@ -12,7 +12,8 @@ from im_server.bench.push_gateway import RecordingGateway
 from im_server.protocol.push_gateway import NOTIFY_PATH, NOTIFY_REQUEST, badge_notification
 from im_server.services.push import Tail, plan_badges, plan_messages
 from im_server.services.push_gateway import Gateway, Outcome, notify_url
-from im_server.storage.push import Later, PushMessage, Recipient, Registration
+from im_server.storage.push import Registration
+from im_server.storage.push_outbox import Later, PushMessage, Recipient
 
 CONV = "g:1"
 BIG = 2**63 - 1
