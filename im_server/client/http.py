@@ -16,9 +16,6 @@ import contextlib
 from typing import Any
 from urllib.parse import quote
 
-import orjson
-
-from im_server.client.errors import ApiError
 from im_server.client.http_chat import ChatApi
 from im_server.client.http_files import FilesApi
 from im_server.client.socket import Connection, EventCallback, open_connection, ws_url
@@ -113,12 +110,7 @@ class Client(ChatApi, FilesApi):
 
     async def export(self) -> JsonObject:
         """My data: ``{user, friends, blocks, groups, messages}`` (the messages I sent)."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        resp = await self.http.get(self.base_url + "/v1/me/export", headers=headers)
-        if resp.status_code >= 300:
-            raise ApiError.from_response(resp.status_code, resp.content)
-        data: JsonObject = orjson.loads(resp.content)
-        return data
+        return await self._obj("GET", "/v1/me/export")
 
     async def delete_account(self, password: str) -> None:
         """Delete my account: every token of mine dies, this one too."""

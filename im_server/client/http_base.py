@@ -72,6 +72,10 @@ class ClientBase:
         return f"<Client user_id={self.user_id} username={self.username!r}>"
 
     # -- plumbing ----------------------------------------------------------------------
+    def auth_headers(self) -> dict[str, str]:
+        """This session's bearer token, as every authenticated request carries it."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     async def request(
         self,
         method: str,
@@ -83,18 +87,12 @@ class ClientBase:
     ) -> Any:
         """One REST call; the decoded JSON body, None for 204, :class:`ApiError` for any
         non-2xx. Public so that tests can send what the typed methods would not."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        content = None
-        if json is not None:
-            content = orjson.dumps(json)
-            headers["Content-Type"] = "application/json"
-        query = {k: v for k, v in (params or {}).items() if v is not None}
         resp = await self.http.request(
             method,
             self.base_url + path,
-            content=content,
-            params=query or None,
-            headers=headers,
+            json=json,
+            params=params,
+            headers=self.auth_headers(),
             timeout=timeout,
         )
         if resp.status_code >= 300:

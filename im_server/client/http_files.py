@@ -89,8 +89,9 @@ class FilesApi(ClientBase):
         """The bytes of an upload I may see (its thumbnail with ``thumbnail``), through the
         server's redirect to a presigned URL."""
         path = f"/v1/uploads/{upload_id}" + ("/thumbnail" if thumbnail else "")
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        resp = await self.http.get(self.base_url + path, headers=headers, follow_redirects=True)
+        resp = await self.http.get(
+            self.base_url + path, headers=self.auth_headers(), follow_redirects=True
+        )
         if resp.status_code >= 300:
             raise ApiError.from_response(resp.status_code, resp.content)
         return resp.content

@@ -28,10 +28,10 @@ from im_server import metrics
 from im_server.config import Settings
 from im_server.context.batching import Coalescer
 from im_server.errors import ImError, is_store_error
+from im_server.storage.redis.rate_ops import RateAsk
 
 log = logging.getLogger("im_server.limits")
 _REFILLS: set[asyncio.Task[None]] = set()
-RateAsk = tuple[str, int, float, float, int]  # (kind, user_id, rate per s, burst, tokens)
 
 
 class SharedRates:
@@ -105,6 +105,14 @@ class Buckets:
             self._refill(user_id)
         return True
 
+    def _hold(self, user_id: int, tokens: int) -> None:
+        """Keep ``tokens`` more of the user's shared tokens in this process."""
+        if tokens <= 0:
+            return
+        if len(self._leased) > 200_000:
+            self._leased.clear()
+        self._leased[user_id] = self._leased.get(user_id, 0) + tokens
+
     def prefetch(self, user_id: int) -> None:
         """Ask for the user's lease ahead of the first request (a socket just opened), so
         that the first send finds a token in hand."""
@@ -119,11 +127,10 @@ class Buckets:
 
         async def refill() -> None:
             try:
-                granted = await shared.take(
-                    self.kind, user_id, self.rate, self.burst, self.lease_size
+                self._hold(
+                    user_id,
+                    await shared.take(self.kind, user_id, self.rate, self.burst, self.lease_size),
                 )
-                if granted > 0:
-                    self._leased[user_id] = self._leased.get(user_id, 0) + granted
             finally:
                 self._refilling.discard(user_id)
 
@@ -158,10 +165,7 @@ class Buckets:
         granted = await self.shared.take(self.kind, user_id, self.rate, self.burst, self.lease_size)
         if granted <= 0:
             raise ImError("rate_limited", f"too many {what}; slow down")
-        if granted > 1:
-            if len(self._leased) > 200_000:
-                self._leased.clear()
-            self._leased[user_id] = self._leased.get(user_id, 0) + granted - 1
+        self._hold(user_id, granted - 1)  # one is spent now
 
     async def hold(self, user_id: int, what: str) -> None:
         """The limit for the user as a whole: ``rate_limited`` when over it."""

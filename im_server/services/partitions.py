@@ -26,7 +26,6 @@ log = logging.getLogger("im_server.partitions")
 
 CLUSTER_DEFAULT = 64
 SINGLE_DEFAULT = 1
-MAX_PARTITIONS = 1024
 
 
 class PartitionsMismatch(Exception):

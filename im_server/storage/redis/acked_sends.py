@@ -178,8 +178,11 @@ class AckedSends:
                 await rc.nodes_manager.initialize()
                 # the client asks one node for the keys of commands such as XREADGROUP
                 # (COMMAND GETKEYS); it keeps asking the node it first chose, dead or not,
-                # unless pointed at a live one again
-                await rc.commands_parser.initialize(rc.get_default_node())
+                # unless pointed at another one (the map's default node, once that changed)
+                default = rc.get_default_node()
+                asked = getattr(rc.commands_parser, "node", None)
+                if asked is None or asked.name != default.name:
+                    await rc.commands_parser.initialize(default)
             except Exception as e:  # noqa: BLE001 - the cluster is down: the next call tries again
                 log.debug("refreshing the cluster map failed: %r", e)
             self._refreshed_at = time.monotonic()
