@@ -26,11 +26,14 @@ from im_server.api import (
     push,
     sync,
 )
+from im_server.api import bots as bots_api
 from im_server.api import search as search_api
+from im_server.api import server as server_api
 from im_server.api import uploads as uploads_api
 from im_server.api.failures import install_error_handlers
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
+from im_server.context.app_tokens import AppTokens, load_public_keys
 from im_server.context.batching import KeyedCoalescer
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits, SharedRates
@@ -45,6 +48,7 @@ from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
 from im_server.services import (
     deletion,
+    idempotency,
     outbox,
     partitions,
     push_registrations,
@@ -113,7 +117,26 @@ def build_context(settings: Settings) -> Context:
         rate=RateLimits.from_settings(settings, SharedRates(redis.take_rates)),
         object_store=ObjectStore(settings) if settings.s3_endpoint else None,
         auth_cache=TTLCache(settings.auth_cache_seconds),
+        api_key_cache=TTLCache(API_KEY_CACHE_S),
+        app_tokens=app_tokens_of(settings),
         members_cache=TTLCache(settings.members_cache_seconds),
+    )
+
+
+IDEMPOTENCY_PRUNE_S = 600.0
+API_KEY_CACHE_S = 5.0  # a revoked API key stops working everywhere within this
+
+
+def app_tokens_of(settings: Settings) -> AppTokens:
+    """The keys of app-signed tokens the settings name (a bad key file stops the start)."""
+    secret = settings.jwt_hs256_secret.get_secret_value() if settings.jwt_hs256_secret else ""
+    return AppTokens(
+        hs256_secret=secret.encode() or None,
+        public_keys=load_public_keys(settings.jwt_public_keys) if settings.jwt_public_keys else [],
+        jwks_url=settings.jwt_jwks_url or None,
+        issuer=settings.jwt_issuer or None,
+        audience=settings.jwt_audience or None,
+        leeway_s=settings.jwt_leeway_seconds,
     )
 
 
@@ -160,6 +183,9 @@ def periodic_jobs(
     async def finish_deletions() -> None:
         await deletion.finish_pending(ctx)
 
+    async def prune_idempotency() -> None:
+        await idempotency.prune(ctx)
+
     jobs = [
         Periodic("node-presence", PRESENCE_S, fanout.beat),
         Periodic("notice-outbox", ctx.settings.outbox_sweep_seconds, sweep_outbox),
@@ -169,6 +195,7 @@ def periodic_jobs(
         Periodic("push-registration-expiry", PUSH_PRUNE_S, prune_push_registrations),
         Periodic("upload-expiry", ctx.settings.upload_prune_seconds, prune_uploads),
         Periodic("account-deletion", ctx.settings.deletion_sweep_seconds, finish_deletions),
+        Periodic("idempotency-expiry", IDEMPOTENCY_PRUNE_S, prune_idempotency),
     ]
     if ctx.redis.cluster:
         jobs.append(
@@ -278,6 +305,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         push.router,
         uploads_api.router,
         search_api.router,
+        server_api.router,
+        bots_api.router,
     ):
         app.include_router(r)
     if WEB_DIR.is_dir() and (WEB_DIR / "index.html").exists():

@@ -131,6 +131,21 @@ class Settings(BaseSettings):
     # every open WebSocket's token is re-checked this often, so a revocation whose
     # cross-process notice was lost still closes the socket
     token_recheck_seconds: float = 60.0
+    # the app's servers (docs/server-api.md): tokens the app signs itself are accepted
+    # wherever a token is, with any of these keys configured: an HS256 secret, a file of
+    # PEM public keys (RSA, EC, Ed25519), a JWKS URL (keys chosen by kid)
+    jwt_hs256_secret: SecretStr | None = None
+    jwt_public_keys: Path | None = None
+    jwt_jwks_url: str | None = None
+    # when set, a token's iss / aud must equal them
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    # seconds of clock difference allowed on exp / nbf / iat
+    jwt_leeway_seconds: float = 0.0
+    # how long a write under an Idempotency-Key is remembered
+    idempotency_hours: float = 24.0
+    # the longest a minted token may be asked to last (ttl_s)
+    minted_token_max_days: float = 365.0
     # push registrations (one per session) a user may hold; one more is 409 conflict
     push_registrations_max: int = 20
     # the pusher (docs/push.md): with a gateway URL (the Matrix push-gateway API, e.g.

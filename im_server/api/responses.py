@@ -289,3 +289,35 @@ class UploadTicket(Answer):
 class DownloadLink(Answer):
     url: str = Field(description="a short-lived presigned download URL")
     expires_at: Timestamp
+
+
+# -- the app's servers (/v1/server/) ----------------------------------------------------------
+
+
+class AppUserWritten(Answer):
+    user_id: UserId
+    external_id: str
+    created: bool = Field(description="true when this call created the user")
+
+
+class AppUserInfo(Answer):
+    user_id: UserId
+    external_id: str
+    display_name: str
+    kind: Literal["user", "bot"]
+
+
+class ImportedId(Answer):
+    external_id: str
+    user_id: UserId
+
+
+class UsersImported(Answer):
+    users: list[ImportedId] = Field(description="in the order of the request")
+
+
+class MintedToken(Answer):
+    token: str = Field(description="a session token, like a login's")
+    user_id: UserId
+    device_id: str
+    expires_at: Timestamp | None = Field(description="null: lasts until revoked (or idle)")

@@ -18,6 +18,8 @@ from im_server.protocol.attachments import FILENAME_MAX, MimeType
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.types import (
     MAX_INT64,
+    ConvId,
+    ExternalId,
     JsonObject,
     ReportedSeq,
     Rule,
@@ -158,3 +160,74 @@ class UploadBody(BaseModel):
     filename: str | None = Field(
         None, description=f"1-{FILENAME_MAX} characters, offered on download; no folders"
     )
+
+
+# -- the app's servers (/v1/server/) ----------------------------------------------------------
+
+
+class AppUserBody(BaseModel):
+    """A field left out keeps its value (a new user's display name: its external id)."""
+
+    model_config = _body({"display_name": "Alice", "kind": "user"}, {"kind": "bot"})
+    display_name: str | None = Field(None, description="1-64 characters")
+    kind: Literal["user", "bot"] | None = Field(None, description="user (the default) or bot")
+
+
+class ImportedUser(BaseModel):
+    model_config = _body({"external_id": "u-1001", "display_name": "Alice"})
+    external_id: ExternalId
+    display_name: str | None = Field(None, description="1-64 characters")
+    kind: Literal["user", "bot"] | None = None
+
+
+class UsersImport(BaseModel):
+    model_config = _body({"users": [{"external_id": "u-1001", "display_name": "Alice"}]})
+    users: list[ImportedUser] = Field(
+        max_length=10_000, description="1-10000 users, each external_id once"
+    )
+
+
+class MintBody(BaseModel):
+    model_config = _body({"device_id": "web", "ttl_s": 86400}, {})
+    device_id: str | None = Field(
+        None, description="1-64 of [A-Za-z0-9_.:-]; 16 random hex characters if absent"
+    )
+    ttl_s: int | None = Field(
+        None, ge=60, le=MAX_INT64, description="seconds the token lasts (absent: until revoked)"
+    )
+
+
+class ServerMessage(SendFields):
+    """A send as the user ``from``: the fields of a send, and the conversation."""
+
+    model_config = _body(
+        {
+            "from": "u-1001",
+            "conv_id": "s:1:2",
+            "client_msg_id": "order-77-shipped",
+            "content_type": "text",
+            "content": {"text": "your order shipped"},
+        }
+    )
+    sender: ExternalId = Field(alias="from", description="the sender's external_id")
+    conv_id: ConvId
+
+
+class ServerGroup(BaseModel):
+    model_config = _body({"name": "team", "owner": "u-1001", "members": ["u-1002", "u-1003"]})
+    name: str = Field(description="1-64 characters after trimming")
+    owner: ExternalId
+    members: list[ExternalId] = Field(
+        default_factory=list, max_length=5000, description="at most 5000; the owner ignored"
+    )
+
+
+class ServerMemberBody(BaseModel):
+    model_config = _body({"with_history": False})
+    with_history: bool = False
+
+
+class Friendship(BaseModel):
+    model_config = _body({"a": "u-1001", "b": "u-1002"})
+    a: ExternalId
+    b: ExternalId

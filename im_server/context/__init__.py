@@ -20,10 +20,12 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server.config import Settings
+from im_server.context.app_tokens import AppTokens
 from im_server.context.batching import Coalescer, KeyedCoalescer
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits
 from im_server.errors import unavailable
+from im_server.storage.apikeys import ApiKeyRow
 from im_server.storage.cursors import CursorResult
 from im_server.storage.objects import ObjectStore
 from im_server.storage.redis.replies import SendDuplicate, SendResult
@@ -35,10 +37,15 @@ T = TypeVar("T")
 
 
 class Session(NamedTuple):
-    """Who a live token speaks for."""
+    """Who a live token speaks for. ``expires_at`` (ms): the end of a minted session or
+    of an app-signed token (None: a login's, idle expiry only); ``app_signed``: a JWT of
+    the app's, which no session row stands for, issued at ``issued_at`` (ms)."""
 
     user_id: int
     device_id: str
+    expires_at: int | None = None
+    app_signed: bool = False
+    issued_at: int | None = None
 
 
 @dataclass
@@ -168,6 +175,13 @@ class TTLCache(Generic[K, V]):
     def drop(self, key: K) -> None:
         self._d.pop(key, None)
 
+    def drop_where(self, pred: Callable[[V], bool]) -> int:
+        """Drop every entry whose value matches (a scan: for rare invalidations)."""
+        gone = [k for k, (_, v) in self._d.items() if pred(v)]
+        for k in gone:
+            self._d.pop(k, None)
+        return len(gone)
+
 
 @dataclass
 class Context:
@@ -186,6 +200,10 @@ class Context:
     receipts: ReceiptSink = field(default_factory=NullReceipts)
     cursors: CursorSink = field(default_factory=NullCursors)
     auth_cache: TTLCache[bytes, Session] = field(default_factory=lambda: TTLCache(30.0))
+    # the keys of app-signed tokens (none configured: JWTs are not accepted)
+    app_tokens: AppTokens = field(default_factory=AppTokens)
+    # checked API keys by the key's hash (a revocation drops the entry everywhere)
+    api_key_cache: TTLCache[bytes, ApiKeyRow] = field(default_factory=lambda: TTLCache(30.0))
     members_cache: TTLCache[str, list[int]] = field(default_factory=lambda: TTLCache(60.0))
     seq_refills: SeqRefills = field(default_factory=SeqRefills)
     redis_recovery_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -200,6 +200,11 @@ class Fanout:
             h = bytes.fromhex(key)
             self.ctx.auth_cache.drop(h)
             self.hub.close_where(lambda c: c.token_hash == h, CLOSE_UNAUTHORIZED, "token revoked")
+        elif kind == "user_tokens":
+            # every token of the user issued before now: the user's sockets all close
+            uid = int(key)
+            self.ctx.auth_cache.drop_where(lambda s: s.user_id == uid)
+            self.hub.close_where(lambda c: c.user_id == uid, CLOSE_UNAUTHORIZED, "tokens revoked")
         elif kind == "node":
             if key != self.node:
                 self.others = True

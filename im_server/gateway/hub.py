@@ -54,6 +54,7 @@ class Conn:
         "user_id",
         "device_id",
         "token_hash",
+        "issued_at",
         "_send",
         "backlog",
         "max_backlog",
@@ -77,6 +78,8 @@ class Conn:
         self.user_id = user_id
         self.device_id = device_id
         self.token_hash = token_hash
+        # an app-signed token's issue time (ms; 0: it had no iat); None: a session's token
+        self.issued_at: int | None = None
         self._send = send
         self.backlog: collections.deque[str] | None = None
         self.max_backlog = max_backlog

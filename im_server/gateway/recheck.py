@@ -17,7 +17,7 @@ from typing import Any
 from im_server import metrics
 from im_server.context import Context
 from im_server.gateway.fanout import CLOSE_UNAUTHORIZED
-from im_server.gateway.hub import Hub
+from im_server.gateway.hub import Conn, Hub
 from im_server.services import accounts
 
 log = logging.getLogger("im_server.recheck")
@@ -54,14 +54,15 @@ class TokenRecheck:
     async def check_once(self) -> int:
         """Close the sockets whose token is no longer live; how many were closed."""
         conns = [c for c in self.hub.all() if not c.closing]
-        hashes = list({c.token_hash for c in conns})
+        n = await self._check_app_signed([c for c in conns if c.issued_at is not None])
+        hashes = list({c.token_hash for c in conns if c.issued_at is None})
         if not hashes:
-            return 0
+            return n
         live = await accounts.live_tokens(self.ctx, hashes)
         metrics.TOKEN_RECHECKS.labels("ok").inc()
         dead = set(hashes) - live
         if not dead:
-            return 0
+            return n
         for h in dead:
             self.ctx.auth_cache.drop(h)
         n = self.hub.close_where(
@@ -69,4 +70,24 @@ class TokenRecheck:
         )
         metrics.TOKEN_RECHECK_CLOSED.inc(n)
         log.info("token re-check closed %d socket(s) of %d dead token(s)", n, len(dead))
+        return n
+
+    async def _check_app_signed(self, conns: list[Conn]) -> int:
+        """App-signed tokens have no session row: their user's "revoke every token"
+        time (or its deletion) is what ends them."""
+        if not conns:
+            return 0
+        floors = await accounts.token_floors(self.ctx, list({c.user_id for c in conns}))
+
+        def dead(c: Conn) -> bool:
+            if c.user_id not in floors:
+                return True  # deleted
+            floor = floors[c.user_id]
+            return floor is not None and (c.issued_at or 0) < floor
+
+        gone = {id(c) for c in conns if dead(c)}
+        if not gone:
+            return 0
+        n = self.hub.close_where(lambda c: id(c) in gone, CLOSE_UNAUTHORIZED, "token revoked")
+        metrics.TOKEN_RECHECK_CLOSED.inc(n)
         return n

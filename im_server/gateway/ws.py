@@ -202,12 +202,13 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
         return
     token = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token") or [None])[0]
     try:
-        user_id, device_id = await accounts.authenticate(ctx, token)
+        auth = await accounts.authenticate(ctx, token)
     except ImError as e:
         unauthorized = e.code == "unauthorized"
         code = CloseCode.UNAUTHORIZED if unauthorized else CloseCode.TRY_AGAIN
         await refuse(send_, code, e.message)
         return
+    user_id, device_id = auth.user_id, auth.device_id
     if gw.hub.user_connections(user_id) >= ctx.settings.max_connections_per_user or not (
         await gw.fanout.claim_socket(user_id)
     ):
@@ -217,6 +218,8 @@ async def serve(gw: Gateway, scope: Scope, receive: Receive, send_: Send) -> Non
     # registered (and subscribed across processes) before the handshake completes, so a
     # message sent after the client sees the socket open is never missed
     conn = Conn(user_id, device_id, accounts.token_hash(token or ""), send_, MAX_BACKLOG)
+    if auth.app_signed:
+        conn.issued_at = auth.issued_at or 0
     conn.backlog = collections.deque()  # frames pushed before the accept wait here
     try:
         if gw.hub.add(conn):

@@ -220,6 +220,13 @@ def _check_conv_id(value: str) -> str:
     return value
 
 
+EXTERNAL_ID_PATTERN = r"^[A-Za-z0-9_.@:-]{1,128}$"
+ExternalId = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=EXTERNAL_ID_PATTERN),
+    Rule("must be 1-128 characters of [A-Za-z0-9_.@:-] (the app's id of the user)"),
+]
 ConvId = Annotated[
     str,
     Strict(),

@@ -33,6 +33,7 @@ from im_server.runtime.ownership import (
 )
 from im_server.runtime.passwords import (
     load_or_create_password,
+    read_password,
 )
 from im_server.runtime.pg_init import PG_SUPERUSER, ensure_auth, initdb, pg_bin
 from im_server.runtime.processes import (
@@ -339,6 +340,22 @@ def _launch(
             )
         time.sleep(0.05)
     return pg
+
+
+def running_url(data_dir: Path) -> str | None:
+    """The URL of the PostgreSQL already running on PGDATA ``data_dir`` (a server's
+    embedded store), for a command run beside it; None when none runs there."""
+    pgdata = Path(data_dir).expanduser().absolute()
+    pid, port = _read_postmaster_pid(pgdata)
+    if pid is None or port is None:
+        return None
+    p = proc(pid)
+    if p is None or not is_ours(p, "postgres", pgdata):
+        return None
+    try:
+        return _pg_url(read_password(pgdata), port)
+    except OSError:
+        return None
 
 
 def start_postgres(

@@ -23,10 +23,12 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from im_server import metrics
 from im_server.config import Settings
 from im_server.context import Context, Session
+from im_server.context.app_tokens import TOKEN_MAX
 from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.names import NameRefused, check_display_name, normalize_username, username_key
-from im_server.services import login_throttle, quotas
+from im_server.services import app_signed, login_throttle, quotas
 from im_server.storage import accounts as store
+from im_server.storage import app_users
 from im_server.storage.db import now_ms
 
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -197,19 +199,25 @@ async def do_login(
 
 
 async def authenticate(ctx: Context, token: str | None) -> Session:
-    """The session of a live token, or ``unauthorized``. Cached per process; a revoke
-    drops the entry everywhere through the control channel. A use writes
-    ``last_used_at`` when it is older than the touch interval."""
-    if not token or len(token) > 256:
+    """The session of a live token (a session's, or an app-signed JWT when keys for them
+    are configured), or ``unauthorized``. Cached per process until the token's end; a
+    revoke drops the entry everywhere through the control channel. A use of a session
+    writes ``last_used_at`` when it is older than the touch interval."""
+    jwt = bool(token) and ctx.app_tokens.configured and ctx.app_tokens.looks_like_jwt(token or "")
+    if not token or len(token) > (TOKEN_MAX if jwt else 256):
         raise ImError("unauthorized", "missing or bad token")
     h = token_hash(token)
-    hit = ctx.auth_cache.get(h)
-    if hit is not None:
-        return hit
     s, now = ctx.settings, now_ms()
+    hit = ctx.auth_cache.get(h)
+    if hit is not None and (hit.expires_at is None or hit.expires_at > now):
+        return hit
+    if jwt:
+        session = await app_signed.session_of(ctx, token)
+        ctx.auth_cache.put(h, session)
+        return session
     try:
         async with ctx.db.connect() as conn:
-            row = await store.live_session(conn, h, idle_cutoff(s, now))
+            row = await store.live_session(conn, h, idle_cutoff(s, now), now)
         if row is not None and row.last_used_at < now - touch_interval_ms(s):
             async with ctx.db.begin() as conn:
                 await store.touch_session(conn, h, now)
@@ -217,7 +225,7 @@ async def authenticate(ctx: Context, token: str | None) -> Session:
         raise ImError("unavailable", "cannot check the token now") from e
     if row is None:
         raise ImError("unauthorized", "missing or bad token")
-    session = Session(row.user_id, row.device_id)
+    session = Session(row.user_id, row.device_id, expires_at=row.expires_at)
     ctx.auth_cache.put(h, session)
     return session
 
@@ -237,6 +245,16 @@ async def live_tokens(ctx: Context, hashes: list[bytes]) -> set[bytes]:
                 now - touch_interval_ms(s),
             )
     return live
+
+
+async def token_floors(ctx: Context, user_ids: list[int]) -> dict[int, int | None]:
+    """Each live user's "revoke every token before" time (ms, None: never); deleted
+    users are left out."""
+    out: dict[int, int | None] = {}
+    for i in range(0, len(user_ids), 10_000):
+        async with ctx.db.connect() as conn:
+            out |= await app_users.token_floors(conn, user_ids[i : i + 10_000])
+    return out
 
 
 def revoked(ctx: Context, hashes: list[bytes]) -> None:
@@ -266,7 +284,8 @@ async def sessions(ctx: Context, user_id: int, token: str) -> list[dict[str, obj
     """My live sessions; ``current`` marks the one of the token asking."""
     mine = token_hash(token)
     async with ctx.db.connect() as conn:
-        rows = await store.live_sessions(conn, user_id, idle_cutoff(ctx.settings, now_ms()))
+        now = now_ms()
+        rows = await store.live_sessions(conn, user_id, idle_cutoff(ctx.settings, now), now)
     return [
         {
             "device_id": r.device_id,

@@ -139,3 +139,29 @@ async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
 async def blocks(ctx: Context, me: int) -> list[int]:
     async with ctx.db.connect() as conn:
         return await contacts.blocks_of(conn, me)
+
+
+async def befriend_now(ctx: Context, u1: int, u2: int) -> str:
+    """Make two users friends at once, with no request (the app's servers, a chat with a
+    bot): a pending request between them is accepted, "removed" is cleared on both
+    sides (each side's clear point stays). Blocks stay as they are."""
+    async with ctx.db.begin() as conn:
+        version = await next_version_txn(conn)
+        pending = [
+            r
+            for r in (
+                await contacts.pending_request(conn, u1, u2),
+                await contacts.pending_request(conn, u2, u1),
+            )
+            if r is not None
+        ]
+        if pending:
+            await contacts.mark_accepted(conn, [r.request_id for r in pending])
+        await contacts.make_friends(conn, u1, u2)
+        conv_id = single_conv_id(u1, u2)
+        a, b = sorted((u1, u2))
+        await conversations.ensure_conversation(conn, conv_id, conversations.SINGLE)
+        await conversations.ensure_single_members(conn, conv_id, a, b, version)
+    await permissions.permissions_changed(ctx, [conv_id])
+    await notify.changed(ctx, [u1, u2])
+    return conv_id

@@ -44,17 +44,28 @@ async def do_delete_account(
         raise bad_request("password: a string of at most 256 characters")
     check_text(password, "password")
     user = await confirm_password(ctx, user_id, password, client_host)
+    await delete_account(ctx, user_id, user.password_hash)
+
+
+async def delete_account(ctx: Context, user_id: int, password_hash: str | None = None) -> bool:
+    """Delete the account, then clean up; False when it was deleted already. With
+    ``password_hash`` (the one just checked), a password changed meanwhile is a
+    ``conflict``; the app's servers delete their users without one."""
     async with ctx.db.begin() as conn:
-        if await store.lock_user(conn, user_id) != user.password_hash:
+        current = await store.lock_user(conn, user_id)
+        if password_hash is not None and current != password_hash:
             raise ImError("conflict", "the password was changed meanwhile")
-        await store.mark_deleted(conn, user_id, now_ms())
+        if not await store.mark_deleted(conn, user_id, now_ms()):
+            return False
         hashes = await store.revoke_user_sessions(conn, user_id, now_ms())
     revoked(ctx, hashes)
+    ctx.events.invalidate("user_tokens", str(user_id))  # app-signed tokens' sockets too
     log.info("account %d deleted", user_id)
     try:
         await finish(ctx, user_id)
     except Exception as e:  # noqa: BLE001 - committed: the periodic job finishes it
         log.warning("clean-up of deleted account %d left to the periodic job: %r", user_id, e)
+    return True
 
 
 async def finish(ctx: Context, user_id: int) -> None:

@@ -127,7 +127,8 @@ async def mark_deleted(conn: AsyncConnection, user_id: int, now: int) -> bool:
     r = await conn.execute(
         text(
             "UPDATE users SET deleted_at = :t, username = :n, username_key = :n, "
-            "display_name = '', password_hash = '' WHERE user_id = :u AND deleted_at IS NULL RETURNING user_id"
+            "display_name = '', password_hash = '' "
+            "WHERE user_id = :u AND deleted_at IS NULL RETURNING user_id"
         ),
         {"u": user_id, "t": now, "n": name},
     )
@@ -173,37 +174,47 @@ class SessionRow:
     device_id: str
     created_at: int
     last_used_at: int
+    expires_at: int | None = None
 
 
-_SESSION_COLS = "token_hash, user_id, device_id, created_at, last_used_at"
+_SESSION_COLS = "token_hash, user_id, device_id, created_at, last_used_at, expires_at"
 
 
 def _session(row: Any) -> SessionRow:
-    return SessionRow(bytes(row[0]), int(row[1]), str(row[2]), int(row[3]), int(row[4]))
+    return SessionRow(bytes(row[0]), int(row[1]), str(row[2]), int(row[3]), int(row[4]), row[5])
 
 
 async def create_session(
-    conn: AsyncConnection, token_hash: bytes, user_id: int, device_id: str, now: int
+    conn: AsyncConnection,
+    token_hash: bytes,
+    user_id: int,
+    device_id: str,
+    now: int,
+    expires_at: int | None = None,
 ) -> None:
     await conn.execute(
         text(
-            "INSERT INTO sessions (token_hash, user_id, device_id, created_at, last_used_at) "
-            "VALUES (:h, :u, :d, :t, :t)"
+            "INSERT INTO sessions (token_hash, user_id, device_id, created_at, last_used_at, "
+            "expires_at) VALUES (:h, :u, :d, :t, :t, :x)"
         ),
-        {"h": token_hash, "u": user_id, "d": device_id, "t": now},
+        {"h": token_hash, "u": user_id, "d": device_id, "t": now, "x": expires_at},
     )
 
 
+_UNEXPIRED = "(expires_at IS NULL OR expires_at > :now)"
+
+
 async def live_session(
-    conn: AsyncConnection, token_hash: bytes, idle_cutoff: int
+    conn: AsyncConnection, token_hash: bytes, idle_cutoff: int, now: int
 ) -> SessionRow | None:
-    """The session of a token that is neither revoked nor unused since ``idle_cutoff``."""
+    """The session of a token that is neither revoked, nor past its end (a minted one),
+    nor unused since ``idle_cutoff``."""
     r = await conn.execute(
         text(
             f"SELECT {_SESSION_COLS} FROM sessions "
-            "WHERE token_hash = :h AND revoked_at IS NULL AND last_used_at >= :c"
+            f"WHERE token_hash = :h AND revoked_at IS NULL AND last_used_at >= :c AND {_UNEXPIRED}"
         ),
-        {"h": token_hash, "c": idle_cutoff},
+        {"h": token_hash, "c": idle_cutoff, "now": now},
     )
     row = r.first()
     return _session(row) if row else None
@@ -229,25 +240,28 @@ async def live_of(
             "WITH live AS ("
             "  SELECT token_hash, last_used_at FROM sessions"
             "  WHERE token_hash = ANY(:hs) AND revoked_at IS NULL AND last_used_at >= :c"
+            f"  AND {_UNEXPIRED}"
             "), touched AS ("
             "  UPDATE sessions s SET last_used_at = :t FROM live"
             "  WHERE s.token_hash = live.token_hash AND live.last_used_at < :b"
             "  RETURNING s.token_hash"
             ") SELECT token_hash FROM live"
         ),
-        {"hs": token_hashes, "c": idle_cutoff, "t": now, "b": touch_before},
+        {"hs": token_hashes, "c": idle_cutoff, "t": now, "b": touch_before, "now": now},
     )
     return {bytes(h) for h in r.scalars()}
 
 
-async def live_sessions(conn: AsyncConnection, user_id: int, idle_cutoff: int) -> list[SessionRow]:
+async def live_sessions(
+    conn: AsyncConnection, user_id: int, idle_cutoff: int, now: int
+) -> list[SessionRow]:
     r = await conn.execute(
         text(
             f"SELECT {_SESSION_COLS} FROM sessions "
-            "WHERE user_id = :u AND revoked_at IS NULL AND last_used_at >= :c "
+            f"WHERE user_id = :u AND revoked_at IS NULL AND last_used_at >= :c AND {_UNEXPIRED} "
             "ORDER BY created_at, device_id"
         ),
-        {"u": user_id, "c": idle_cutoff},
+        {"u": user_id, "c": idle_cutoff, "now": now},
     )
     return [_session(row) for row in r]
 
