@@ -215,3 +215,17 @@ def raw_redis(port: int, *lines: str) -> list[bytes]:
             s.sendall(line.encode() + b"\r\n")
             replies.append(fh.readline().rstrip(b"\r\n"))
     return replies
+
+
+async def api_key(stores: Stores, scopes: Sequence[str] = ("all",), name: str = "") -> str:
+    """A new API key of the app's servers, made in the stores' database as
+    ``im-server apikey create`` makes it."""
+    from im_server.config import load_settings
+    from im_server.services import apikeys
+    from im_server.storage.db import create_engine
+
+    db = create_engine(load_settings(database_url=stores.pg.url, db_pool_size=1))
+    try:
+        return await apikeys.create(db, name or f"k{uuid.uuid4().hex[:10]}", list(scopes))
+    finally:
+        await db.dispose()

@@ -8,6 +8,7 @@ public contract (PROTOCOL.md) and nothing else: no server module is imported her
 * :class:`Connection` (``socket``) is one WebSocket: acks matched to sends, events queued.
 * :class:`SyncState` (``sync``) is the catch-up arithmetic, pure logic without I/O.
 * :class:`Device` (``device``) combines the three to follow the catch-up recipe.
+* :class:`ServerClient` (``server_api``) is the app's servers' client (``X-Api-Key``).
 
 The modules import one another in that order only (``errors`` and ``wire`` below all).
 """
@@ -15,6 +16,7 @@ The modules import one another in that order only (``errors`` and ``wire`` below
 from im_server.client.device import Device
 from im_server.client.errors import ApiError, ConnectionLost
 from im_server.client.http import Client
+from im_server.client.server_api import ServerClient
 from im_server.client.socket import Connection, EventCallback, open_connection
 from im_server.client.sync import SeqRange, SyncState
 from im_server.client.transport import HttpPool, Response, TransportError, request_sync
@@ -30,6 +32,7 @@ __all__ = [
     "HttpPool",
     "JsonObject",
     "Response",
+    "ServerClient",
     "SeqRange",
     "SyncState",
     "TransportError",

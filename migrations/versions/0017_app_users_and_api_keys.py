@@ -24,8 +24,14 @@ branch_labels = None
 depends_on = None
 
 
+def _run(ddl: str) -> None:
+    for statement in ddl.split(";\n"):
+        if statement.strip():
+            op.execute(statement)
+
+
 def upgrade() -> None:
-    op.execute(
+    _run(
         """
 CREATE TABLE api_keys (
     key_id      BIGSERIAL PRIMARY KEY,
@@ -60,7 +66,7 @@ CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);
 
 
 def downgrade() -> None:
-    op.execute(
+    _run(
         """
 DROP TABLE IF EXISTS idempotency_keys;
 ALTER TABLE sessions DROP COLUMN IF EXISTS expires_at;
