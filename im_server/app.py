@@ -137,6 +137,7 @@ def app_tokens_of(settings: Settings) -> AppTokens:
         issuer=settings.jwt_issuer or None,
         audience=settings.jwt_audience or None,
         leeway_s=settings.jwt_leeway_seconds,
+        refetch_s=settings.jwt_jwks_refetch_seconds,
     )
 
 

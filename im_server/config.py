@@ -142,6 +142,8 @@ class Settings(BaseSettings):
     jwt_audience: str | None = None
     # seconds of clock difference allowed on exp / nbf / iat
     jwt_leeway_seconds: float = 0.0
+    # a kid the JWKS does not hold fetches it again, at most this often
+    jwt_jwks_refetch_seconds: float = 60.0
     # how long a write under an Idempotency-Key is remembered
     idempotency_hours: float = 24.0
     # the longest a minted token may be asked to last (ttl_s)

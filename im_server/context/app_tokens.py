@@ -100,6 +100,7 @@ class AppTokens:
     issuer: str | None = None
     audience: str | None = None
     leeway_s: float = 0.0
+    refetch_s: float = JWKS_REFETCH_S
     _jwks: dict[str, tuple[Any, frozenset[str]]] = field(default_factory=dict)
     _fetched_at: float = float("-inf")
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -164,7 +165,7 @@ class AppTokens:
         if kid not in self._jwks or stale:
             async with self._lock:
                 now = time.monotonic()
-                may = now - self._fetched_at >= JWKS_REFETCH_S
+                may = now - self._fetched_at >= self.refetch_s
                 if may and (kid not in self._jwks or now - self._fetched_at > JWKS_MAX_AGE_S):
                     await self._fetch()
         return self._jwks.get(kid)

@@ -209,7 +209,14 @@ async def test_hostile_bodies_change_nothing(url: str, app: ServerClient, stores
         assert r.status_code in (400, 413, 422), r.text[:200]
     with pytest.raises(ApiError):
         await app.get_user(e)
-    for body in ({"ttl_s": 5}, {"ttl_s": 1.5}, {"ttl_s": "3600"}, {"ttl_s": 2**62}, {"device_id": "current"}, {"device_id": "a b"}):
+    for body in (
+        {"ttl_s": 5},
+        {"ttl_s": 1.5},
+        {"ttl_s": "3600"},
+        {"ttl_s": 2**62},
+        {"device_id": "current"},
+        {"device_id": "a b"},
+    ):
         await app.put_user(e)
         with pytest.raises(ApiError) as err:
             await app.request("POST", f"/v1/server/users/{e}/tokens", json=body)
