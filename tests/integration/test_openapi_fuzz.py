@@ -9,7 +9,8 @@ started it); ``test_fuzzed_document_is_the_served_one`` checks that it is byte f
 the document the running server serves at ``/openapi.json``. Every call goes to the
 running shared server.
 
-Nothing is excluded. The ``DELETE`` calls under ``/v1/sessions`` revoke the token they are
+Nothing is excluded. The server API's operations (``/v1/server/``) are called with an
+API key of every scope instead of the user's token. The ``DELETE`` calls under ``/v1/sessions`` revoke the token they are
 called with (``current``, a device id that may be the caller's, or every session), so
 each of their calls gets a token of its own (a fresh login of the same user); every
 other call uses the fuzz user's main token.
@@ -17,6 +18,7 @@ other call uses the fuzz user's main token.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -27,7 +29,7 @@ from schemathesis.checks import not_a_server_error
 
 from im_server.app import create_app
 from im_server.client import request_sync
-from tests.support import PASSWORD
+from tests.support import PASSWORD, Stores, api_key
 
 
 @pytest.fixture
@@ -39,6 +41,11 @@ def fuzz_user(url: str) -> dict[str, Any]:
     r = request_sync("POST", f"{url}/v1/sessions", json=body, timeout=30)
     assert r.status_code == 200, r.text
     return {"username": username, **r.json()}
+
+
+@pytest.fixture(scope="module")
+def fuzz_api_key(stores: Stores) -> str:
+    return asyncio.run(api_key(stores))
 
 
 DOCUMENT = create_app().openapi()
@@ -70,10 +77,15 @@ def _fresh_token(url: str, user: dict[str, Any]) -> str:
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_no_operation_answers_5xx(case: Any, url: str, fuzz_user: dict[str, Any]) -> None:
+def test_no_operation_answers_5xx(
+    case: Any, url: str, fuzz_user: dict[str, Any], fuzz_api_key: str
+) -> None:
     op = case.operation
     token = fuzz_user["token"]
     if op.method.upper() == "DELETE" and op.path.startswith("/v1/sessions"):
         token = _fresh_token(url, fuzz_user)
-    response = case.call(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=40)
+    headers = {"Authorization": f"Bearer {token}"}
+    if op.path.startswith("/v1/server/"):
+        headers = {"X-Api-Key": fuzz_api_key}  # the server API: an all-scope key
+    response = case.call(base_url=url, headers=headers, timeout=40)
     case.validate_response(response, checks=[not_a_server_error])
