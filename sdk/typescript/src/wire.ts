@@ -226,6 +226,30 @@ export interface Alive {
   status: "ok";
 }
 
+/** A field left out keeps its value (a new user's display name: its external id). */
+export interface AppUserBody {
+  /** 1-64 characters */
+  display_name?: string | null;
+  /** user (the default) or bot */
+  kind?: "user" | "bot" | null;
+}
+
+export interface AppUserInfo {
+  /** must be a positive 64-bit integer */
+  user_id: number;
+  external_id: string;
+  display_name: string;
+  kind: "user" | "bot";
+}
+
+export interface AppUserWritten {
+  /** must be a positive 64-bit integer */
+  user_id: number;
+  external_id: string;
+  /** true when this call created the user */
+  created: boolean;
+}
+
 export interface Cleared {
   /** must be 's:<a>:<b>' with a < b or 'g:<group_id>' */
   conv_id: string;
@@ -301,6 +325,13 @@ export interface FriendRequests {
   outgoing: FriendRequest[];
 }
 
+export interface Friendship {
+  /** must be 1-128 characters of [A-Za-z0-9_.@:-] (the app's id of the user) */
+  a: string;
+  /** must be 1-128 characters of [A-Za-z0-9_.@:-] (the app's id of the user) */
+  b: string;
+}
+
 export interface GroupCreated {
   /** must be a positive 64-bit integer */
   group_id: number;
@@ -359,11 +390,42 @@ export interface HistoryPage {
   is_end: boolean;
 }
 
+export interface ImportedId {
+  external_id: string;
+  /** must be a positive 64-bit integer */
+  user_id: number;
+}
+
+export interface ImportedUser {
+  /** must be 1-128 characters of [A-Za-z0-9_.@:-] (the app's id of the user) */
+  external_id: string;
+  /** 1-64 characters */
+  display_name?: string | null;
+  kind?: "user" | "bot" | null;
+}
+
 export interface MembersAdded {
   /** must be a positive 64-bit integer */
   group_id: number;
   /** who joined or re-joined; members already in are skipped */
   added: number[];
+}
+
+export interface MintBody {
+  /** 1-64 of [A-Za-z0-9_.:-]; 16 random hex characters if absent */
+  device_id?: string | null;
+  /** seconds the token lasts (absent: until revoked) */
+  ttl_s?: number | null;
+}
+
+export interface MintedToken {
+  /** a session token, like a login's */
+  token: string;
+  /** must be a positive 64-bit integer */
+  user_id: number;
+  device_id: string;
+  /** null: lasts until revoked (or idle) */
+  expires_at: number | null;
 }
 
 export interface MuteBody {
@@ -509,6 +571,39 @@ export interface SendBody {
   mention_all?: boolean;
   /** the seq this message answers: one the sender can see here */
   reply_to?: number | null;
+}
+
+export interface ServerGroup {
+  /** 1-64 characters after trimming */
+  name: string;
+  /** must be 1-128 characters of [A-Za-z0-9_.@:-] (the app's id of the user) */
+  owner: string;
+  /** at most 5000; the owner ignored */
+  members?: string[];
+}
+
+export interface ServerMemberBody {
+  with_history?: boolean;
+}
+
+/** A send as the user ``from``: the fields of a send, and the conversation. */
+export interface ServerMessage {
+  /** must be 1-64 characters of [A-Za-z0-9_-] */
+  client_msg_id: string;
+  /** must be a lowercase word like 'text' ('system', 'recall', 'edit' and 'reaction' are the server's) */
+  content_type?: string;
+  /** must be a JSON object */
+  content: Record<string, unknown>;
+  /** groups only: user ids to mention; those not members now are dropped */
+  mentions?: number[];
+  /** groups only: mention everyone (owner, admins) */
+  mention_all?: boolean;
+  /** the seq this message answers: one the sender can see here */
+  reply_to?: number | null;
+  /** the sender's external_id */
+  from: string;
+  /** must be 's:<a>:<b>' with a < b or 'g:<group_id>' */
+  conv_id: string;
 }
 
 export interface SessionInfo {
@@ -685,6 +780,16 @@ export interface UserProfile {
   display_name?: string | null;
   /** present (true) only when deleted */
   deleted?: true | null;
+}
+
+export interface UsersImport {
+  /** 1-10000 users, each external_id once */
+  users: ImportedUser[];
+}
+
+export interface UsersImported {
+  /** in the order of the request */
+  users: ImportedId[];
 }
 
 export interface ValidationError {
