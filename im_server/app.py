@@ -130,6 +130,9 @@ API_KEY_CACHE_S = 5.0  # a revoked API key stops working everywhere within this
 def app_tokens_of(settings: Settings) -> AppTokens:
     """The keys of app-signed tokens the settings name (a bad key file stops the start)."""
     secret = settings.jwt_hs256_secret.get_secret_value() if settings.jwt_hs256_secret else ""
+    if secret and len(secret.encode()) < 32:
+        # RFC 7518 3.2: an HS256 key of fewer than 256 bits can be guessed offline
+        raise ValueError("IM_JWT_HS256_SECRET: at least 32 bytes")
     return AppTokens(
         hs256_secret=secret.encode() or None,
         public_keys=load_public_keys(settings.jwt_public_keys) if settings.jwt_public_keys else [],
