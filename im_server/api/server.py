@@ -74,11 +74,17 @@ IdemKey = Annotated[
         description="the same key and request within 24 h get the first answer again",
     ),
 ]
-API_KEY_HEADER = {
-    "parameters": [
-        {"name": "X-Api-Key", "in": "header", "required": True, "schema": {"type": "string"}}
-    ]
-}
+
+
+def _extra(scope: str) -> dict[str, Any]:
+    """The route's OpenAPI extras: the key header, and the scope it needs (``x-scope``,
+    read by ``scripts/gen_server_api_doc.py``)."""
+    return {
+        "parameters": [
+            {"name": "X-Api-Key", "in": "header", "required": True, "schema": {"type": "string"}}
+        ],
+        "x-scope": scope,
+    }
 
 router = APIRouter(
     prefix="/v1/server", tags=["server"], responses=ERRORS, route_class=StrictJsonRoute
@@ -114,7 +120,7 @@ async def _once(
     "/users/{external_id}",
     response_model=AppUserWritten,
     summary="Create or update the user with this id of the app's",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def put_user(
     external_id: ExternalId,
@@ -138,7 +144,7 @@ async def put_user(
     "/users/import",
     response_model=UsersImported,
     summary="Create or update up to 10,000 users in one transaction",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def import_users(
     body: UsersImport, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
@@ -158,7 +164,7 @@ async def import_users(
     "/users/{external_id}",
     response_model=AppUserInfo,
     summary="The user with this id of the app's",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def get_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> AppUserInfo:
     u = await app_users.get(ctx, external_id)
@@ -176,7 +182,7 @@ async def get_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> AppUserI
     "/users/{external_id}",
     status_code=204,
     summary="Delete the account (as DELETE /v1/me does, without a password)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def delete_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> Response:
     await app_users.delete(ctx, external_id)
@@ -187,7 +193,7 @@ async def delete_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> Respo
     "/users/{external_id}/tokens",
     response_model=MintedToken,
     summary="A session token for the user (listed and revocable like a login's)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def mint_token(
     external_id: ExternalId,
@@ -215,7 +221,7 @@ async def mint_token(
     "/users/{external_id}/revoke-tokens",
     status_code=204,
     summary="Every token of the user issued before now stops working; its sockets close",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def revoke_tokens(
     external_id: ExternalId, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
@@ -231,7 +237,7 @@ async def revoke_tokens(
     "/friendships",
     response_model=Conversation,
     summary="Make two users friends at once (no request)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("users"),
 )
 async def befriend(
     body: Friendship, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
@@ -248,7 +254,7 @@ async def befriend(
 @router.post(
     "/messages",
     summary="Send as a user (the same pipeline, rules and dedupe as the user's own send)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("messages"),
 )
 async def send_message(
     body: ServerMessage, request: Request, key: MessagesKey, ctx: Ctx, idem: IdemKey = None
@@ -269,7 +275,7 @@ async def send_message(
     status_code=201,
     response_model=GroupCreated,
     summary="Create a group with its owner and members",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("groups"),
 )
 async def create_group(
     body: ServerGroup, request: Request, key: GroupsKey, ctx: Ctx, idem: IdemKey = None
@@ -285,7 +291,7 @@ async def create_group(
     "/groups/{group_id}/members/{external_id}",
     status_code=204,
     summary="Add a member (as the owner would; a member already in: nothing changes)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("groups"),
 )
 async def add_member(
     group_id: Id,
@@ -309,7 +315,7 @@ async def add_member(
     "/groups/{group_id}/members/{external_id}",
     status_code=204,
     summary="Remove a member (a kick; the owner leaves, handing ownership on)",
-    openapi_extra=API_KEY_HEADER,
+    openapi_extra=_extra("groups"),
 )
 async def remove_member(
     group_id: Id, external_id: ExternalId, key: GroupsKey, ctx: Ctx
