@@ -2,12 +2,18 @@
 shell (the chat itself is ``chat.py``).
 
     im-server chat --url http://127.0.0.1:8000 --user alice --password 'secret pw' [--register]
+    IM_TOKEN=<a token> im-server chat --url http://127.0.0.1:8000
+
+With no ``--user``, the token in ``IM_TOKEN`` signs in: one your app's backend minted
+or signed (docs/server-api.md). It is read from the environment, not the command line,
+which other users of the machine can see.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,14 +25,22 @@ from im_server.client.chat import Chat
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="im-server chat", description="a terminal chat client")
     p.add_argument("--url", default="http://127.0.0.1:8000")
-    p.add_argument("--user", required=True)
-    p.add_argument("--password", required=True)
+    p.add_argument("--user", help="a username (else the token in IM_TOKEN)")
+    p.add_argument("--password")
     p.add_argument("--register", action="store_true", help="create the account first")
     args = p.parse_args(argv)
+    token = os.environ.get("IM_TOKEN", "")
+    if args.user is None and not token:
+        p.error("give --user and --password, or a token in IM_TOKEN")
+    if args.user is not None and args.password is None:
+        p.error("--user needs --password")
     console = Console(highlight=False)
 
     async def go() -> None:
-        if args.register:
+        if args.user is None:
+            client = Client(args.url, token)
+            await client.me()  # who the token speaks for
+        elif args.register:
             client = await Client.register(args.url, args.user, args.password)
         else:
             client = await Client.login(args.url, args.user, args.password)

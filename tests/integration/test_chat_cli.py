@@ -8,6 +8,7 @@ import asyncio
 import io
 import re
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from im_server.client import Client, Connection, group_conv_id
+from im_server.client import Client, Connection, ServerClient, group_conv_id
 from tests.support import (
     PASSWORD,
     Make,
     ServerProcess,
     Stores,
+    api_key,
     befriend,
     eventually,
     persisted,
@@ -49,7 +51,12 @@ class Tty:
         self._raw = b""
 
     @classmethod
-    async def start(cls, url: str, user: Client) -> Tty:
+    async def start(cls, url: str, user: Client, token: str | None = None) -> Tty:
+        """Signed in with the user's password, or with ``token`` (in ``IM_TOKEN``)."""
+        env = {"COLUMNS": "200", "TERM": "dumb", "PATH": "/usr/bin:/bin"}
+        who = ["--user", str(user.username), "--password", PASSWORD]
+        if token is not None:
+            env["IM_TOKEN"], who = token, []
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -57,14 +64,11 @@ class Tty:
             "chat",
             "--url",
             url,
-            "--user",
-            str(user.username),
-            "--password",
-            PASSWORD,
+            *who,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env={"COLUMNS": "200", "TERM": "dumb", "PATH": "/usr/bin:/bin"},
+            env=env,
         )
         tty = cls(proc)
         await tty.expect("signed in as")
@@ -167,6 +171,26 @@ async def test_terminal_chat_sends_and_receives(url: str, tty: StartTty, make: M
     await t.type("/list")
     await t.expect(re.escape(conv))
     await t.quit()
+
+
+async def test_terminal_chat_signs_in_with_a_minted_token(
+    url: str, stores: Stores, make: Make
+) -> None:
+    bob = await make("peer")
+    async with ServerClient(url, await api_key(stores)) as app:
+        ext = f"tty-{uuid.uuid4().hex[:8]}"
+        made = await app.put_user(ext, display_name="Tty App User")
+        minted = await app.mint_token(ext, device_id="terminal")
+    user = Client(url, minted["token"], user_id=made["user_id"])
+    conv = await bob.request("POST", "/v1/friends/requests", json={"to_user_id": made["user_id"]})
+    await user.accept_friend(conv["request_id"])
+    cb = await bob.connect()
+    t = await Tty.start(url, user, token=minted["token"])
+    await t.type(f"/open {bob.user_id}", "hello with a minted token")
+    ev = await cb.next_event("message", timeout=10)
+    assert ev["message"]["sender_id"] == made["user_id"]
+    await t.quit()
+    await user.aclose()
 
 
 async def test_reply_command_and_quotes(tty: StartTty, make: Make) -> None:
