@@ -22,7 +22,7 @@ async def _run(url: str, args: argparse.Namespace) -> int:
     try:
         if args.action == "create":
             key = await apikeys.create(db, args.name, args.scope.split(","))
-            print(key)
+            print(key, flush=True)
             print(
                 f"the key of {args.name!r}: shown this once, only its hash is kept",
                 file=sys.stderr,

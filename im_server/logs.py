@@ -48,6 +48,11 @@ _RULES_SRC: tuple[tuple[tuple[str, ...], str], ...] = (
     (("://",), r"://[^\s:/?#@]*:(?P<s>[^\s/?#]*)@"),
     # password hashes
     (("$argon2",), r"\$argon2(?:id|i|d)\$(?P<s>[a-z0-9+/=,$.]+)"),
+    # an API key of the app's servers, wherever it shows (an X-Api-Key header as a
+    # library logs it, a key pasted in the wrong place)
+    (("imk_",), r"imk_(?P<s>[a-z0-9_-]{8,})"),
+    # a JWT (an app-signed token) anywhere: its header, payload and signature
+    (("eyj",), r"eyj[a-z0-9_-]+\.(?P<s>[a-z0-9_-]+\.[a-z0-9_-]*)"),
 )
 # the same patterns on the original text, for the rare line whose lower-case form has
 # another length (then positions in it do not map back)

@@ -86,6 +86,7 @@ def _extra(scope: str) -> dict[str, Any]:
         "x-scope": scope,
     }
 
+
 router = APIRouter(
     prefix="/v1/server", tags=["server"], responses=ERRORS, route_class=StrictJsonRoute
 )

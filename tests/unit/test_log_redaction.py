@@ -49,7 +49,13 @@ from im_server import logs
         ("/v1/ws?access%5Ftoken=abc", "/v1/ws?access%5Ftoken=***"),
         ("/login?pass%77ord=hunter2", "/login?pass%77ord=***"),
         ("GET /v1/ws?%74oken=abc HTTP/1.1", "GET /v1/ws?%74oken=*** HTTP/1.1"),
+        # an API key, an app-signed JWT, wherever they show
+        ("x-api-key: imk_G6mx60EbfBxrULBU5SB", "x-api-key: imk_***"),
+        ("key=imk_ABCdef12_-xyz went", "key=imk_*** went"),
+        ("got eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.sig_-1 end", "got eyJhbGciOiJIUzI1NiJ9.*** end"),
         # nothing to hide
+        ("key 'backend': PUT /v1/server/users/u-1", "key 'backend': PUT /v1/server/users/u-1"),
+        ("imk_ is the prefix", "imk_ is the prefix"),
         ("http://127.0.0.1:8000/v1/ws", "http://127.0.0.1:8000/v1/ws"),
         ("/v1/search?q=a+b&x=%20y", "/v1/search?q=a+b&x=%20y"),
         ("/v1/ws?%74okens=abc", "/v1/ws?%74okens=abc"),
