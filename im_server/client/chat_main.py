@@ -22,6 +22,12 @@ from im_server.client import ApiError, Client
 from im_server.client.chat import Chat
 
 
+def make_console() -> Console:
+    """The terminal's console: no highlighting, and no emoji codes (a conversation id
+    such as ``s:100:101`` holds one, ``:100:``)."""
+    return Console(highlight=False, emoji=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="im-server chat", description="a terminal chat client")
     p.add_argument("--url", default="http://127.0.0.1:8000")
@@ -34,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --user and --password, or a token in IM_TOKEN")
     if args.user is not None and args.password is None:
         p.error("--user needs --password")
-    console = Console(highlight=False)
+    console = make_console()
 
     async def go() -> None:
         if args.user is None:

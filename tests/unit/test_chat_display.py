@@ -263,3 +263,14 @@ def test_a_saved_file_never_replaces_one_nor_leaves_its_folder(tmp_path: Path) -
     for hostile in ("../escape.txt", "..\\up.txt", "..", "", "/etc/passwd"):
         saved = save_new(tmp_path, hostile, b"x")
         assert saved.parent == tmp_path, (hostile, saved)
+
+
+def test_conversation_ids_are_printed_as_they_are() -> None:
+    import io
+
+    from im_server.client.chat_main import make_console
+
+    console = make_console()
+    console.file = io.StringIO()
+    console.print("now in s:100:101 and s:1:2 :smile:")
+    assert console.file.getvalue().strip() == "now in s:100:101 and s:1:2 :smile:"
