@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 
 from im_server import logs
+from im_server.cli_apikeys import add_apikey_parser
 from im_server.config import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -318,34 +319,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_apikey(args: argparse.Namespace) -> int:
-    """``im-server apikey create|list|revoke``: against IM_DATABASE_URL, else the embedded
-    PostgreSQL of ``--data-dir`` (the running server's, or started for the command)."""
-    settings = load_settings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
-    logs.setup("WARNING", settings.log_format)
-    handles: list[object] = []
-    try:
-        url = settings.database_url
-        if not url:
-            from im_server.runtime.embedded import prepare_data_dir
-            from im_server.runtime.postgres import running_url, start_postgres
-
-            data = prepare_data_dir(settings.data_dir)
-            url = running_url(data / "pg")
-            if url is None:
-                pg = start_postgres(data / "pg")
-                handles.append(pg)
-                url = pg.url
-        from im_server.storage.db import run_migrations
-
-        run_migrations(url)
-        from im_server.cli_apikeys import run
-
-        return run(url, args)
-    finally:
-        _stop_all(handles)
-
-
 def _positive(text: str) -> int:
     n = int(text)
     if n < 1:
@@ -390,18 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(fn=cmd_persister)
     m = sub.add_parser("migrate", help="apply database migrations (needs IM_DATABASE_URL)")
     m.set_defaults(fn=cmd_migrate)
-    k = sub.add_parser("apikey", help="API keys of the app's servers (docs/server-api.md)")
-    k.add_argument("--data-dir", default=None, help="the embedded stores' folder (./.im-data)")
-    ksub = k.add_subparsers(dest="action", required=True)
-    kc = ksub.add_parser("create", help="make a key; it is printed once")
-    kc.add_argument("--name", required=True)
-    kc.add_argument(
-        "--scope", required=True, help="users, messages, groups, webhooks or all; comma-separated"
-    )
-    ksub.add_parser("list", help="the live keys (names, scopes, last use)")
-    kr = ksub.add_parser("revoke", help="revoke the live key of that name")
-    kr.add_argument("name")
-    k.set_defaults(fn=cmd_apikey)
+    add_apikey_parser(sub)
     b = sub.add_parser(
         "bench",
         help="load benchmark (see docs/performance.md); --help for its options",

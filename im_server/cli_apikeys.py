@@ -6,7 +6,10 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
+from im_server import logs
 from im_server.config import load_settings
 from im_server.errors import ImError
 from im_server.services import apikeys
@@ -48,3 +51,46 @@ async def _run(url: str, args: argparse.Namespace) -> int:
 
 def run(url: str, args: argparse.Namespace) -> int:
     return asyncio.run(_run(url, args))
+
+
+def cmd_apikey(args: argparse.Namespace) -> int:
+    """``im-server apikey create|list|revoke``: against IM_DATABASE_URL, else the embedded
+    PostgreSQL of ``--data-dir`` (the running server's, or started for the command)."""
+    settings = load_settings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
+    logs.setup("WARNING", settings.log_format)
+    started = None  # the embedded PostgreSQL this command started, stopped at its end
+    try:
+        url = settings.database_url
+        if not url:
+            from im_server.runtime.embedded import prepare_data_dir
+            from im_server.runtime.pg_running import running_url
+            from im_server.runtime.postgres import start_postgres
+
+            data = prepare_data_dir(settings.data_dir)
+            url = running_url(data / "pg")
+            if url is None:
+                started = start_postgres(data / "pg")
+                url = started.url
+        from im_server.storage.db import run_migrations
+
+        run_migrations(url)
+        return run(url, args)
+    finally:
+        if started is not None:
+            started.stop()
+
+
+def add_apikey_parser(sub: Any) -> None:
+    """``im-server apikey create|list|revoke`` on the command's sub-parsers."""
+    k = sub.add_parser("apikey", help="API keys of the app's servers (docs/server-api.md)")
+    k.add_argument("--data-dir", default=None, help="the embedded stores' folder (./.im-data)")
+    ksub = k.add_subparsers(dest="action", required=True)
+    kc = ksub.add_parser("create", help="make a key; it is printed once")
+    kc.add_argument("--name", required=True)
+    kc.add_argument(
+        "--scope", required=True, help="users, messages, groups, webhooks or all; comma-separated"
+    )
+    ksub.add_parser("list", help="the live keys (names, scopes, last use)")
+    kr = ksub.add_parser("revoke", help="revoke the live key of that name")
+    kr.add_argument("name")
+    k.set_defaults(fn=cmd_apikey)

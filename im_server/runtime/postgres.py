@@ -33,7 +33,6 @@ from im_server.runtime.ownership import (
 )
 from im_server.runtime.passwords import (
     load_or_create_password,
-    read_password,
 )
 from im_server.runtime.pg_init import PG_SUPERUSER, ensure_auth, initdb, pg_bin
 from im_server.runtime.processes import (
@@ -87,7 +86,7 @@ def _prepare_socket_dir(sock_dir: Path, user: StoreUser) -> None:
         open_prefix(sock_dir, user.uid)
 
 
-def _read_postmaster_pid(pgdata: Path) -> tuple[int | None, int | None]:
+def read_postmaster_pid(pgdata: Path) -> tuple[int | None, int | None]:
     """(pid, port) from PGDATA/postmaster.pid, or (None, None)."""
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
@@ -101,7 +100,7 @@ def _read_postmaster_pid(pgdata: Path) -> tuple[int | None, int | None]:
     return pid, port
 
 
-def _pg_url(password: str, port: int) -> str:
+def pg_url(password: str, port: int) -> str:
     return f"postgresql+asyncpg://{PG_SUPERUSER}:{password}@{HOST}:{port}/postgres"
 
 
@@ -118,11 +117,11 @@ class EmbeddedPostgres:
     @property
     def display_url(self) -> str:
         """``url`` with the password replaced by ``***``, for logs and messages."""
-        return _pg_url(HIDDEN, self.port)
+        return pg_url(HIDDEN, self.port)
 
     def pid(self) -> int | None:
         """The postmaster's pid while it runs on this PGDATA, else None."""
-        pid, _ = _read_postmaster_pid(self.data_dir)
+        pid, _ = read_postmaster_pid(self.data_dir)
         if pid is None:
             return None
         p = proc(pid)
@@ -196,7 +195,7 @@ def _cleanup_previous_postgres(
     pgdata: Path, sock_dir: Path, user: StoreUser, notes: list[str]
 ) -> None:
     pid_file = pgdata / "postmaster.pid"
-    pid, old_port = _read_postmaster_pid(pgdata)
+    pid, old_port = read_postmaster_pid(pgdata)
     if pid is not None:
         p = proc(pid)
         if p is not None and is_ours(p, "postgres", pgdata):
@@ -223,7 +222,7 @@ def _cleanup_previous_postgres(
             send_signal(p.pid, signal.SIGKILL)
         for p in orphans:
             wait_dead(p.pid, 5.0)
-        pid, _ = _read_postmaster_pid(pgdata)
+        pid, _ = read_postmaster_pid(pgdata)
         if pid is not None and pid_exists(pid) and proc(pid) is None:
             pid_file.unlink(missing_ok=True)
 
@@ -324,7 +323,7 @@ def _launch(
     pg = EmbeddedPostgres(
         data_dir=pgdata,
         port=port,
-        url=_pg_url(password, port),
+        url=pg_url(password, port),
         socket_dir=sock_dir,
         log_file=log_file,
         _user=user,
@@ -340,22 +339,6 @@ def _launch(
             )
         time.sleep(0.05)
     return pg
-
-
-def running_url(data_dir: Path) -> str | None:
-    """The URL of the PostgreSQL already running on PGDATA ``data_dir`` (a server's
-    embedded store), for a command run beside it; None when none runs there."""
-    pgdata = Path(data_dir).expanduser().absolute()
-    pid, port = _read_postmaster_pid(pgdata)
-    if pid is None or port is None:
-        return None
-    p = proc(pid)
-    if p is None or not is_ours(p, "postgres", pgdata):
-        return None
-    try:
-        return _pg_url(read_password(pgdata), port)
-    except OSError:
-        return None
 
 
 def start_postgres(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -502,3 +503,27 @@ async def test_calls_are_logged_with_the_keys_name_never_the_key(
             return f"key {name!r}" in text
 
         await eventually(logged, timeout=10)
+
+
+def test_apikey_cli_on_embedded_stores_not_running(tmp_path: Path) -> None:
+    """With no database URL and no server on the data folder, the command starts the
+    embedded PostgreSQL for itself, and stops it again."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IM_")}
+    data = tmp_path / "data"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "im_server", "apikey", "--data-dir", str(data), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    made = cli("create", "--name", "first", "--scope", "users")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip().startswith("imk_")
+    assert "first\tscopes=users" in cli("list").stdout
+    from im_server.runtime.pg_running import running_url
+
+    assert running_url(data / "pg") is None  # stopped at the command's end
