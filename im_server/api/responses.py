@@ -51,10 +51,15 @@ class SessionInfo(Answer):
     current: bool = Field(description="the session of the token asking")
 
 
+UserKind = Literal["user", "bot"]
+KIND_DOC = "bot: a chat with it needs no friend request (POST /v1/bots/{user_id}/chat)"
+
+
 class PublicUser(Answer):
     user_id: UserId
     username: str
     display_name: str
+    kind: UserKind = Field("user", description=KIND_DOC)
 
 
 class UserProfile(Answer):
@@ -65,6 +70,7 @@ class UserProfile(Answer):
     username: str | None = Field(None, description="absent for a deleted account")
     display_name: str | None = Field(None, description="absent for a deleted account")
     deleted: Literal[True] | None = Field(None, description="present (true) only when deleted")
+    kind: UserKind | None = Field(None, description=KIND_DOC + "; absent for a deleted account")
 
 
 # -- friends --------------------------------------------------------------------------------

@@ -16,7 +16,12 @@ from im_server.storage import contacts
 
 
 def _public(user: store.UserRow) -> dict[str, object]:
-    return {"user_id": user.user_id, "username": user.username, "display_name": user.display_name}
+    return {
+        "user_id": user.user_id,
+        "username": user.username,
+        "display_name": user.display_name,
+        "kind": user.kind,
+    }
 
 
 async def me(ctx: Context, user_id: int) -> dict[str, object]:

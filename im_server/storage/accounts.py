@@ -20,6 +20,7 @@ class UserRow:
     display_name: str
     password_hash: str
     deleted: bool = False
+    kind: str = "user"  # or "bot" (made by the app's servers)
 
 
 async def create_user(
@@ -52,7 +53,7 @@ async def user_by_name(conn: AsyncConnection, username: str, username_key: str) 
     predates keys and collides with an older one's (their key is not the plain key)."""
     r = await conn.execute(
         text(
-            "SELECT user_id, username, display_name, password_hash FROM users "
+            "SELECT user_id, username, display_name, password_hash, false, kind FROM users "
             "WHERE (username = :u OR username_key = :k) AND deleted_at IS NULL "
             "ORDER BY (username = :u) DESC LIMIT 1"
         ),
@@ -86,8 +87,8 @@ async def user_by_id(conn: AsyncConnection, user_id: int) -> UserRow | None:
     """The user, a deleted one too (``deleted`` says so)."""
     r = await conn.execute(
         text(
-            "SELECT user_id, username, display_name, password_hash, deleted_at IS NOT NULL "
-            "FROM users WHERE user_id = :u"
+            "SELECT user_id, username, display_name, password_hash, deleted_at IS NOT NULL, "
+            "kind FROM users WHERE user_id = :u"
         ),
         {"u": user_id},
     )

@@ -105,7 +105,7 @@ async def test_deletion_does_the_whole_rule(make: Make, url: str, stores: Stores
             await again.aclose()
         assert await friend.user(me.user_id) == {"user_id": me.user_id, "deleted": True}
         live = await friend.user(adm.user_id)
-        assert set(live) == {"user_id", "username", "display_name"}, live
+        assert set(live) == {"user_id", "username", "display_name", "kind"}, live
         assert me.user_id not in [f["user_id"] for f in await friend.friends()]
         assert await push_rows(stores, me.user_id) == 0
         async with pg(stores) as db:

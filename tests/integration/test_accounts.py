@@ -171,7 +171,12 @@ async def test_me(url: str) -> None:
     client = await Client.register(url, name, PASSWORD, display_name="Me Myself")
     try:
         me = await client.me()
-        assert me == {"user_id": client.user_id, "username": name, "display_name": "Me Myself"}
+        assert me == {
+            "user_id": client.user_id,
+            "username": name,
+            "display_name": "Me Myself",
+            "kind": "user",
+        }
     finally:
         await client.aclose()
 

@@ -450,6 +450,8 @@ async def test_anyone_may_open_a_chat_with_a_bot(url: str, app: ServerClient) ->
     made = await app.put_user(bot, display_name="Helper", kind="bot")
     c = await new_user(url)
     other = await new_user(url)
+    assert (await c.request("GET", f"/v1/users/{made['user_id']}"))["kind"] == "bot"
+    assert (await c.request("GET", "/v1/me"))["kind"] == "user"
     conv = (await c.request("POST", f"/v1/bots/{made['user_id']}/chat"))["conv_id"]
     assert conv == single_conv_id(c.user_id, made["user_id"])  # type: ignore[arg-type]
     assert (await c.request("POST", f"/v1/bots/{made['user_id']}/chat"))["conv_id"] == conv

@@ -171,7 +171,12 @@ async def test_lookup_by_username(url: str, alice: Client) -> None:
     t = tag()
     other = await Client.register(url, f"Carol{t}", PASSWORD, display_name="Carol C")
     try:
-        want = {"user_id": other.user_id, "username": f"Carol{t}", "display_name": "Carol C"}
+        want = {
+            "user_id": other.user_id,
+            "username": f"Carol{t}",
+            "display_name": "Carol C",
+            "kind": "user",
+        }
         for spelling in (f"Carol{t}", f"carol{t}", f"CAROL{t}", f"ｃａｒｏｌ{t}"):
             assert await alice.lookup_user(spelling) == want
         with pytest.raises(ApiError) as e:

@@ -476,6 +476,8 @@ export interface PublicUser {
   user_id: number;
   username: string;
   display_name: string;
+  /** bot: a chat with it needs no friend request (POST /v1/bots/{user_id}/chat) */
+  kind?: "user" | "bot";
 }
 
 export interface PushRegistration {
@@ -780,6 +782,8 @@ export interface UserProfile {
   display_name?: string | null;
   /** present (true) only when deleted */
   deleted?: true | null;
+  /** bot: a chat with it needs no friend request (POST /v1/bots/{user_id}/chat); absent for a deleted account */
+  kind?: "user" | "bot" | null;
 }
 
 export interface UsersImport {
