@@ -17,10 +17,20 @@ import orjson
 
 from im_server.client.errors import ApiError
 from im_server.client.socket import Connection
-from im_server.client.transport import HttpPool
+from im_server.client.transport import HttpPool, Response
 from im_server.client.wire import JsonObject
 
 UPLOAD_CHUNK = 256 * 1024  # bytes read and sent at a time by Client.upload_file
+
+
+def decoded(resp: Response) -> Any:
+    """A REST answer's JSON body (None for 204 or an empty body); :class:`ApiError` for a
+    non-2xx status."""
+    if resp.status_code >= 300:
+        raise ApiError.from_response(resp.status_code, resp.content)
+    if resp.status_code == 204 or not resp.content:
+        return None
+    return orjson.loads(resp.content)
 
 
 def object_of(data: Any, path: str) -> JsonObject:
@@ -95,11 +105,7 @@ class ClientBase:
             headers=self.auth_headers(),
             timeout=timeout,
         )
-        if resp.status_code >= 300:
-            raise ApiError.from_response(resp.status_code, resp.content)
-        if resp.status_code == 204 or not resp.content:
-            return None
-        return orjson.loads(resp.content)
+        return decoded(resp)
 
     async def _obj(
         self,

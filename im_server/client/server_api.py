@@ -18,10 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Self
 from urllib.parse import quote
 
-import orjson
-
 from im_server.client.errors import ApiError
-from im_server.client.http_base import object_of
+from im_server.client.http_base import decoded, object_of
 from im_server.client.transport import HttpPool
 from im_server.client.wire import JsonObject
 
@@ -56,12 +54,7 @@ class ServerClient:
         h = {"X-Api-Key": self.api_key, **(headers or {})}
         if idempotency_key is not None:
             h["Idempotency-Key"] = idempotency_key
-        resp = await self.http.request(method, self.base_url + path, json=json, headers=h)
-        if resp.status_code >= 300:
-            raise ApiError.from_response(resp.status_code, resp.content)
-        if resp.status_code == 204 or not resp.content:
-            return None
-        return orjson.loads(resp.content)
+        return decoded(await self.http.request(method, self.base_url + path, json=json, headers=h))
 
     async def _obj(self, method: str, path: str, **kw: Any) -> JsonObject:
         return object_of(await self.request(method, path, **kw), path)

@@ -1,7 +1,7 @@
 // REST: one session (a bearer token) against one server. Every non-2xx answer throws
 // ApiError(status, code, message); 204 resolves to undefined.
 import { g } from "./env.js";
-import { ApiError } from "./errors.js";
+import { apiErrorOf } from "./errors.js";
 export const convPath = (convId) => "/v1/conversations/" + encodeURIComponent(convId).replace(/%3A/gi, ":");
 function resolveFetch(f) {
     const fn = f ?? g.fetch;
@@ -31,21 +31,8 @@ export async function rawRequest(fetchFn, baseUrl, method, path, body, token, qu
         signal,
     });
     const text = await res.text();
-    if (!res.ok) {
-        let code = "http_" + res.status;
-        let message = text.slice(0, 300);
-        try {
-            const err = JSON.parse(text).error;
-            if (err?.code)
-                code = err.code;
-            if (err?.message)
-                message = err.message;
-        }
-        catch {
-            /* not JSON */
-        }
-        throw new ApiError(res.status, code, message);
-    }
+    if (!res.ok)
+        throw apiErrorOf(res.status, text);
     return (res.status === 204 || text === "" ? undefined : JSON.parse(text));
 }
 /** The REST API of one session. `ImClient.api` is one of these. */

@@ -11,6 +11,21 @@ export class ApiError extends Error {
   }
 }
 
+/** The ApiError of a non-2xx answer: its `{error: {code, message}}`, or a code made from
+ * the status when the body is not the contract's (a proxy, a crash page). */
+export function apiErrorOf(status: number, text: string): ApiError {
+  let code = "http_" + status;
+  let message = text.slice(0, 300);
+  try {
+    const err = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
+    if (err?.code) code = err.code;
+    if (err?.message) message = err.message;
+  } catch {
+    /* not JSON */
+  }
+  return new ApiError(status, code, message);
+}
+
 /** A send refused by the server (`ack` with `ok: false`). Not retried. */
 export class SendError extends Error {
   constructor(

@@ -2,7 +2,7 @@
 // ApiError(status, code, message); 204 resolves to undefined.
 
 import { type AbortSignalLike, type FetchLike, g } from "./env.js";
-import { ApiError } from "./errors.js";
+import { apiErrorOf } from "./errors.js";
 import type {
   AckOk,
   Cleared,
@@ -88,18 +88,7 @@ export async function rawRequest<T>(
     signal,
   });
   const text = await res.text();
-  if (!res.ok) {
-    let code = "http_" + res.status;
-    let message = text.slice(0, 300);
-    try {
-      const err = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
-      if (err?.code) code = err.code;
-      if (err?.message) message = err.message;
-    } catch {
-      /* not JSON */
-    }
-    throw new ApiError(res.status, code, message);
-  }
+  if (!res.ok) throw apiErrorOf(res.status, text);
   return (res.status === 204 || text === "" ? undefined : JSON.parse(text)) as T;
 }
 

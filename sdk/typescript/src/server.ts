@@ -4,7 +4,7 @@
 // never carries it (nor, by mistake, an API key).
 
 import { type FetchLike, g } from "./env.js";
-import { ApiError } from "./errors.js";
+import { apiErrorOf } from "./errors.js";
 import type {
   AckOk,
   AppUserInfo,
@@ -53,18 +53,7 @@ export class ServerClient {
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
-    if (!res.ok) {
-      let code = "http_" + res.status;
-      let message = text.slice(0, 300);
-      try {
-        const err = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
-        if (err?.code) code = err.code;
-        if (err?.message) message = err.message;
-      } catch {
-        /* not JSON */
-      }
-      throw new ApiError(res.status, code, message);
-    }
+      if (!res.ok) throw apiErrorOf(res.status, text);
     return (res.status === 204 || text === "" ? undefined : JSON.parse(text)) as T;
   }
 
