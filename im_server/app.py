@@ -24,6 +24,7 @@ from im_server.api import (
     presence,
     protocol,
     push,
+    server_webhooks,
     sync,
 )
 from im_server.api import bots as bots_api
@@ -56,6 +57,7 @@ from im_server.services import (
     recovery,
     send,
     uploads,
+    webhooks,
 )
 from im_server.storage.db import create_engine
 from im_server.storage.objects import ObjectStore
@@ -66,6 +68,7 @@ from im_server.workers.persister import Persister
 from im_server.workers.pusher import Pusher
 from im_server.workers.receipts import ReceiptPusher
 from im_server.workers.thumbnails import Thumbnailer
+from im_server.workers.webhooks import WebhookDeliverer
 
 log = logging.getLogger("im_server.app")
 WEB_DIR = Path(__file__).parent / "web"
@@ -124,6 +127,7 @@ def build_context(settings: Settings) -> Context:
 
 
 IDEMPOTENCY_PRUNE_S = 600.0
+WEBHOOK_DEPTH_S = 10.0  # queue depths for /metrics, and the prune of old deliveries
 API_KEY_CACHE_S = 5.0  # a revoked API key stops working everywhere within this
 
 
@@ -190,6 +194,9 @@ def periodic_jobs(
     async def prune_idempotency() -> None:
         await idempotency.prune(ctx)
 
+    async def webhook_depths() -> None:
+        await webhooks.report_depths(ctx)
+
     jobs = [
         Periodic("node-presence", PRESENCE_S, fanout.beat),
         Periodic("notice-outbox", ctx.settings.outbox_sweep_seconds, sweep_outbox),
@@ -200,6 +207,7 @@ def periodic_jobs(
         Periodic("upload-expiry", ctx.settings.upload_prune_seconds, prune_uploads),
         Periodic("account-deletion", ctx.settings.deletion_sweep_seconds, finish_deletions),
         Periodic("idempotency-expiry", IDEMPOTENCY_PRUNE_S, prune_idempotency),
+        Periodic("webhook-depth", WEBHOOK_DEPTH_S, webhook_depths),
     ]
     if ctx.redis.cluster:
         jobs.append(
@@ -255,6 +263,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         thumbnailer = Thumbnailer(ctx) if settings.run_thumbnailer else None
         if thumbnailer:
             await thumbnailer.start()
+        deliverer = WebhookDeliverer(ctx) if settings.run_webhooks else None
+        if deliverer:
+            deliverer.start()
         metrics_listener = MetricsListener.for_settings(settings)
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
@@ -275,6 +286,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await pusher.stop()
             if thumbnailer:
                 await thumbnailer.stop()
+            if deliverer:
+                await deliverer.stop()
             await stop_all(jobs)
             await tracker.stop()
             await fanout.stop()
@@ -310,6 +323,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         uploads_api.router,
         search_api.router,
         server_api.router,
+        server_webhooks.router,
         bots_api.router,
     ):
         app.include_router(r)

@@ -148,6 +148,30 @@ class Settings(BaseSettings):
     idempotency_hours: float = 24.0
     # the longest a minted token may be asked to last (ttl_s)
     minted_token_max_days: float = 365.0
+    # webhooks (docs/webhooks.md): a URL on a loopback, private or link-local address is
+    # refused unless this is set (a receiver on the same host or network, tests)
+    webhook_allow_private: bool = False
+    webhook_timeout_seconds: float = 10.0
+    # a failing delivery is retried with back-off (this, doubling, at most an hour) for
+    # IM_WEBHOOK_RETRY_HOURS, then listed as failed
+    webhook_retry_base_seconds: float = 5.0
+    webhook_retry_hours: float = 24.0
+    # deliveries in flight per webhook and process: a slow receiver holds no more
+    webhook_concurrency: int = 8
+    webhook_poll_seconds: float = 0.5
+    run_webhooks: bool = True
+    # the before-send hook (docs/webhooks.md): every user message is POSTed there before
+    # it gets a seq; its answer allows, rejects or replaces it
+    before_send_url: SecretStr | None = None
+    before_send_secret: SecretStr | None = None
+    before_send_timeout_ms: int = 1000
+    before_send_failure: Literal["allow", "reject"] = "allow"
+    # a decision is kept this long per (sender, client_msg_id): a retry gets it again
+    before_send_remember_seconds: int = 86400
+    # this many failures in a row open the circuit for IM_BEFORE_SEND_BREAKER_SECONDS:
+    # sends then take the failure policy at once, and one call per window tries again
+    before_send_breaker_failures: int = 5
+    before_send_breaker_seconds: float = 10.0
     # push registrations (one per session) a user may hold; one more is 409 conflict
     push_registrations_max: int = 20
     # the pusher (docs/push.md): with a gateway URL (the Matrix push-gateway API, e.g.

@@ -149,3 +149,34 @@ RATE_SHARED_FAILURES = Counter(
     "im_rate_shared_failures_total",
     "Shared rate checks that Redis could not answer (the request was let through)",
 )
+WEBHOOK_DELIVERIES = Counter(
+    "im_webhook_deliveries_total",
+    "Webhook delivery attempts by webhook and outcome: delivered, retry (failed, to be "
+    "tried again), failed (given up after the retry window)",
+    ["webhook", "outcome"],
+)
+WEBHOOK_LAG = Histogram(
+    "im_webhook_delivery_lag_seconds",
+    "From an event's commit to its receiver's acknowledgement",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400),
+)
+WEBHOOK_DEPTH = Gauge(
+    "im_webhook_queue_depth", "Pending webhook deliveries, per webhook", ["webhook"]
+)
+WEBHOOK_OLDEST = Gauge(
+    "im_webhook_oldest_pending_seconds",
+    "Age of the oldest pending delivery, per webhook (0 when none): how far it is behind",
+    ["webhook"],
+)
+BEFORE_SEND_SECONDS = Histogram(
+    "im_before_send_seconds",
+    "The before-send hook's answer time (calls made, not decisions remembered)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+BEFORE_SEND_DECISIONS = Counter(
+    "im_before_send_decisions_total",
+    "Before-send decisions: allow, reject, replace (the hook's), remembered (a repeat), "
+    "failed_allow / failed_reject (no usable answer: the failure policy), breaker_open "
+    "(the hook is failing: the policy without a call)",
+    ["decision"],
+)

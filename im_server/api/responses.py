@@ -327,3 +327,33 @@ class MintedToken(Answer):
     user_id: UserId
     device_id: str
     expires_at: Timestamp | None = Field(description="null: lasts until revoked (or idle)")
+
+
+class WebhookCreated(Answer):
+    webhook_id: int
+    secret: str = Field(description="whsec_ + base64 of 32 random bytes; shown only here")
+
+
+class WebhookInfo(Answer):
+    webhook_id: int
+    url: str
+    events: list[str]
+    created_at: Timestamp
+
+
+class SecretRotated(Answer):
+    secret: str = Field(description="the new secret; the old one also signs for 24 h")
+
+
+class WebhookDelivery(Answer):
+    event_id: str = Field(description="the delivery's webhook-id header (the same on retries)")
+    type: str
+    conv_key: str = Field(description="its order key: the conversation, or user:<id>")
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    created_at: Timestamp
+    last_error: str | None
+
+
+class WebhookDeliveries(Answer):
+    deliveries: list[WebhookDelivery] = Field(description="newest first, at most 100")

@@ -231,3 +231,9 @@ class Friendship(BaseModel):
     model_config = _body({"a": "u-1001", "b": "u-1002"})
     a: ExternalId
     b: ExternalId
+
+
+class NewWebhook(BaseModel):
+    model_config = _body({"url": "https://app.example/im-events", "events": ["*"]})
+    url: str = Field(max_length=2048, description="http or https; not a private address")
+    events: list[str] = Field(max_length=20, description='event types, or ["*"] for every one')

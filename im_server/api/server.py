@@ -46,7 +46,7 @@ from im_server.storage.apikeys import ApiKeyRow
 log = logging.getLogger("im_server.server_api")
 
 
-def _scoped(scope: str) -> Callable[[Request, Context], Awaitable[ApiKeyRow]]:
+def scoped(scope: str) -> Callable[[Request, Context], Awaitable[ApiKeyRow]]:
     async def check(request: Request, ctx: Ctx) -> ApiKeyRow:
         key = await apikeys.authenticate(ctx, request.headers.get("x-api-key"))
         if not apikeys.allows(key, scope):
@@ -64,9 +64,9 @@ def _scoped(scope: str) -> Callable[[Request, Context], Awaitable[ApiKeyRow]]:
     return check
 
 
-UsersKey = Annotated[ApiKeyRow, Depends(_scoped("users"))]
-MessagesKey = Annotated[ApiKeyRow, Depends(_scoped("messages"))]
-GroupsKey = Annotated[ApiKeyRow, Depends(_scoped("groups"))]
+UsersKey = Annotated[ApiKeyRow, Depends(scoped("users"))]
+MessagesKey = Annotated[ApiKeyRow, Depends(scoped("messages"))]
+GroupsKey = Annotated[ApiKeyRow, Depends(scoped("groups"))]
 IdemKey = Annotated[
     str | None,
     Header(
@@ -76,7 +76,7 @@ IdemKey = Annotated[
 ]
 
 
-def _extra(scope: str) -> dict[str, Any]:
+def scope_extra(scope: str) -> dict[str, Any]:
     """The route's OpenAPI extras: the key header, and the scope it needs (``x-scope``,
     read by ``scripts/gen_server_api_doc.py``)."""
     return {
@@ -92,12 +92,12 @@ router = APIRouter(
 )
 
 
-def _json(status: int, value: BaseModel | Any) -> Answer:
+def json_answer(status: int, value: BaseModel | Any) -> Answer:
     body = value.model_dump_json().encode() if isinstance(value, BaseModel) else orjson.dumps(value)
     return Answer(status, body)
 
 
-async def _once(
+async def idempotent(
     ctx: Context,
     key: ApiKeyRow,
     request: Request,
@@ -121,7 +121,7 @@ async def _once(
     "/users/{external_id}",
     response_model=AppUserWritten,
     summary="Create or update the user with this id of the app's",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def put_user(
     external_id: ExternalId,
@@ -134,18 +134,18 @@ async def put_user(
     async def work() -> Answer:
         app_users.check_external_id(external_id)
         (u,) = await app_users.upsert(ctx, [NewAppUser(external_id, body.display_name, body.kind)])
-        return _json(
+        return json_answer(
             200, AppUserWritten(user_id=u.user_id, external_id=u.external_id, created=u.created)
         )
 
-    return await _once(ctx, key, request, idem, body, work)
+    return await idempotent(ctx, key, request, idem, body, work)
 
 
 @router.post(
     "/users/import",
     response_model=UsersImported,
     summary="Create or update up to 10,000 users in one transaction",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def import_users(
     body: UsersImport, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
@@ -154,18 +154,18 @@ async def import_users(
         rows = await app_users.upsert(
             ctx, [NewAppUser(u.external_id, u.display_name, u.kind) for u in body.users]
         )
-        return _json(
+        return json_answer(
             200, {"users": [{"external_id": r.external_id, "user_id": r.user_id} for r in rows]}
         )
 
-    return await _once(ctx, key, request, idem, body, work)
+    return await idempotent(ctx, key, request, idem, body, work)
 
 
 @router.get(
     "/users/{external_id}",
     response_model=AppUserInfo,
     summary="The user with this id of the app's",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def get_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> AppUserInfo:
     u = await app_users.get(ctx, external_id)
@@ -183,7 +183,7 @@ async def get_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> AppUserI
     "/users/{external_id}",
     status_code=204,
     summary="Delete the account (as DELETE /v1/me does, without a password)",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def delete_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> Response:
     await app_users.delete(ctx, external_id)
@@ -194,7 +194,7 @@ async def delete_user(external_id: ExternalId, key: UsersKey, ctx: Ctx) -> Respo
     "/users/{external_id}/tokens",
     response_model=MintedToken,
     summary="A session token for the user (listed and revocable like a login's)",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def mint_token(
     external_id: ExternalId,
@@ -208,21 +208,21 @@ async def mint_token(
 
     async def work() -> Answer:
         m = await app_users.mint_token(ctx, external_id, b.device_id, b.ttl_s)
-        return _json(
+        return json_answer(
             200,
             MintedToken(
                 token=m.token, user_id=m.user_id, device_id=m.device_id, expires_at=m.expires_at
             ),
         )
 
-    return await _once(ctx, key, request, idem, b, work)
+    return await idempotent(ctx, key, request, idem, b, work)
 
 
 @router.post(
     "/users/{external_id}/revoke-tokens",
     status_code=204,
     summary="Every token of the user issued before now stops working; its sockets close",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def revoke_tokens(
     external_id: ExternalId, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
@@ -231,22 +231,22 @@ async def revoke_tokens(
         await app_users.revoke_tokens(ctx, external_id)
         return Answer(204, b"")
 
-    return await _once(ctx, key, request, idem, None, work)
+    return await idempotent(ctx, key, request, idem, None, work)
 
 
 @router.post(
     "/friendships",
     response_model=Conversation,
     summary="Make two users friends at once (no request)",
-    openapi_extra=_extra("users"),
+    openapi_extra=scope_extra("users"),
 )
 async def befriend(
     body: Friendship, request: Request, key: UsersKey, ctx: Ctx, idem: IdemKey = None
 ) -> Response:
     async def work() -> Answer:
-        return _json(200, {"conv_id": await app_actions.befriend(ctx, body.a, body.b)})
+        return json_answer(200, {"conv_id": await app_actions.befriend(ctx, body.a, body.b)})
 
-    return await _once(ctx, key, request, idem, body, work)
+    return await idempotent(ctx, key, request, idem, body, work)
 
 
 # -- messages -------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ async def befriend(
 @router.post(
     "/messages",
     summary="Send as a user (the same pipeline, rules and dedupe as the user's own send)",
-    openapi_extra=_extra("messages"),
+    openapi_extra=scope_extra("messages"),
 )
 async def send_message(
     body: ServerMessage, request: Request, key: MessagesKey, ctx: Ctx, idem: IdemKey = None
@@ -263,9 +263,9 @@ async def send_message(
     fields = SendFields.model_validate(body.model_dump(exclude={"sender", "conv_id"}))
 
     async def work() -> Answer:
-        return _json(200, await app_actions.send_as(ctx, body.sender, body.conv_id, fields))
+        return json_answer(200, await app_actions.send_as(ctx, body.sender, body.conv_id, fields))
 
-    return await _once(ctx, key, request, idem, body, work)  # type: ignore[return-value]
+    return await idempotent(ctx, key, request, idem, body, work)  # type: ignore[return-value]
 
 
 # -- groups ---------------------------------------------------------------------------------
@@ -276,23 +276,23 @@ async def send_message(
     status_code=201,
     response_model=GroupCreated,
     summary="Create a group with its owner and members",
-    openapi_extra=_extra("groups"),
+    openapi_extra=scope_extra("groups"),
 )
 async def create_group(
     body: ServerGroup, request: Request, key: GroupsKey, ctx: Ctx, idem: IdemKey = None
 ) -> Response:
     async def work() -> Answer:
         made = await app_actions.create_group(ctx, body.name, body.owner, body.members)
-        return _json(201, made)
+        return json_answer(201, made)
 
-    return await _once(ctx, key, request, idem, body, work)
+    return await idempotent(ctx, key, request, idem, body, work)
 
 
 @router.put(
     "/groups/{group_id}/members/{external_id}",
     status_code=204,
     summary="Add a member (as the owner would; a member already in: nothing changes)",
-    openapi_extra=_extra("groups"),
+    openapi_extra=scope_extra("groups"),
 )
 async def add_member(
     group_id: Id,
@@ -309,14 +309,14 @@ async def add_member(
         await app_actions.add_member(ctx, group_id, external_id, b.with_history)
         return Answer(204, b"")
 
-    return await _once(ctx, key, request, idem, b, work)
+    return await idempotent(ctx, key, request, idem, b, work)
 
 
 @router.delete(
     "/groups/{group_id}/members/{external_id}",
     status_code=204,
     summary="Remove a member (a kick; the owner leaves, handing ownership on)",
-    openapi_extra=_extra("groups"),
+    openapi_extra=scope_extra("groups"),
 )
 async def remove_member(
     group_id: Id, external_id: ExternalId, key: GroupsKey, ctx: Ctx

@@ -211,6 +211,8 @@ class Context:
     # set by this process's persister when it wrote push rows, so the pusher here starts
     # at once instead of at its next poll
     push_due: asyncio.Event = field(default_factory=asyncio.Event)
+    # set when this process wrote webhook deliveries, so its deliverer starts at once
+    webhooks_due: asyncio.Event = field(default_factory=asyncio.Event)
     # the S3-compatible store of uploads (presigned URLs, HEAD, thumbnails); None in a
     # process without one (``im-server persister``)
     object_store: ObjectStore | None = None

@@ -29,6 +29,7 @@ from im_server.names import NameRefused, check_display_name, normalize_username,
 from im_server.services import app_signed, login_throttle, quotas
 from im_server.storage import accounts as store
 from im_server.storage import app_users
+from im_server.storage import webhooks as webhook_store
 from im_server.storage.db import now_ms
 
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -143,6 +144,8 @@ async def do_register(
     hashed = await asyncio.to_thread(_ph(ctx).hash, pw)
     async with ctx.db.begin() as conn:
         user_id = await store.create_user(conn, name, username_key(name), display, hashed)
+        if user_id is not None:  # the app's webhooks hear of it in the same commit
+            await webhook_store.user_events(conn, [user_id], "user.created", now_ms())
     if user_id is None:
         raise ImError("conflict", "username is taken")
     return {"user_id": user_id, "username": name}

@@ -13,6 +13,7 @@ from im_server.context.app_tokens import AppTokenRefused, Claims, KeysUnavailabl
 from im_server.errors import ImError, unavailable
 from im_server.names import NameRefused, check_display_name
 from im_server.storage import app_users
+from im_server.storage import webhooks as webhook_store
 from im_server.storage.db import now_ms
 
 APP_DEVICE = "app"  # the device of a token without a device_id claim
@@ -51,6 +52,10 @@ async def session_of(ctx: Context, token: str) -> Session:
                 made = await app_users.upsert_many(
                     conn, [claims.sub], [_display_name(claims)], [None], now_ms()
                 )
+                if made[0].created:
+                    await webhook_store.user_events(
+                        conn, [made[0].user_id], "user.created", now_ms()
+                    )
             user_id, floor = made[0].user_id, None
         else:
             user_id, floor = owner.user_id, owner.tokens_valid_after

@@ -15,6 +15,7 @@ from im_server.names import check_display_name
 from im_server.services import deletion
 from im_server.services.accounts import check_device_id, revoked, token_hash
 from im_server.storage import accounts, app_users
+from im_server.storage import webhooks as webhook_store
 from im_server.storage.app_users import AppUser, Upserted
 from im_server.storage.db import now_ms
 
@@ -65,6 +66,8 @@ async def upsert(ctx: Context, users: list[NewAppUser]) -> list[Upserted]:
         raise bad_request("kind: user or bot")
     async with ctx.db.begin() as conn:
         out = await app_users.upsert_many(conn, ids, names, kinds, now_ms())
+        made = [u.user_id for u in out if u.created]
+        await webhook_store.user_events(conn, made, "user.created", now_ms())
     created = sum(u.created for u in out)
     if created:
         log.info("%d app user(s) created, %d updated", created, len(out) - created)

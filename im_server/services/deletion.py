@@ -29,6 +29,7 @@ from im_server.services import groups, notify, permissions
 from im_server.services.accounts import confirm_password, revoked
 from im_server.storage import accounts as store
 from im_server.storage import contacts, memberships
+from im_server.storage import webhooks as webhook_store
 from im_server.storage.db import now_ms
 
 log = logging.getLogger("im_server.deletion")
@@ -57,6 +58,7 @@ async def delete_account(ctx: Context, user_id: int, password_hash: str | None =
             raise ImError("conflict", "the password was changed meanwhile")
         if not await store.mark_deleted(conn, user_id, now_ms()):
             return False
+        await webhook_store.user_events(conn, [user_id], "user.deleted", now_ms())
         hashes = await store.revoke_user_sessions(conn, user_id, now_ms())
     revoked(ctx, hashes)
     ctx.events.invalidate("user_tokens", str(user_id))  # app-signed tokens' sockets too

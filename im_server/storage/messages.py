@@ -35,6 +35,7 @@ class Persisted(NamedTuple):
     version: int
     inserted: int
     pushed: int = 0
+    hooked: int = 0  # webhook deliveries written
 
 
 # One statement per batch (one round trip, autocommit): take the next sync version,
@@ -48,7 +49,11 @@ class Persisted(NamedTuple):
 # conversations where some member holds a push registration (once per conversation of
 # the batch): elsewhere nobody could get a push, and the pusher's work per row is what
 # push costs the send path. Each message's search tokens (made in Python, see
-# im_server/search_text.py) go in with it. A picture or file message gets its message_uploads row (the
+# im_server/search_text.py) go in with it. With webhooks registered, each newly inserted
+# message or notice that is an event (``message.created``, ``.edited``, ``.recalled``,
+# ``member.added``, ``member.removed``) gets one webhook_outbox row per webhook taking
+# that type, in the same commit: an event is never lost to a crash, and never written
+# twice by a replayed batch. With none, the one-time EXISTS test skips the whole step. A picture or file message gets its message_uploads row (the
 # access rule) and marks its upload sent (the clean-up spares it), in the same commit.
 _NOT_PUSHED = sorted(SERVER_CONTENT_TYPES)
 _PERSIST = """
@@ -95,6 +100,42 @@ WITH ver AS (
        AND NOT i.recalled AND i.content_type <> ALL($17::text[])
     ON CONFLICT DO NOTHING
     RETURNING 1
+), hooked AS (
+    INSERT INTO webhook_outbox (webhook_id, event_key, conv_key, type, data, created_at, next_at)
+    SELECT w.webhook_id, 'msg_' || e.c || '_' || e.q, e.c, e.ty, e.d, e.now, e.now
+      FROM (
+        SELECT x.c, x.q, x.i,
+               CASE x.t WHEN 'edit' THEN 'message.edited' WHEN 'recall' THEN 'message.recalled'
+                 WHEN 'reaction' THEN NULL
+                 WHEN 'system' THEN CASE x.b::jsonb ->> 'event'
+                     WHEN 'members_added' THEN 'member.added'
+                     WHEN 'member_kicked' THEN 'member.removed'
+                     WHEN 'member_left' THEN 'member.removed' END
+                 ELSE 'message.created' END AS ty,
+               jsonb_build_object(
+                 'conv_id', x.c, 'seq', x.q, 'sender_id', x.s, 'client_msg_id', x.m,
+                 'content_type', x.t, 'content', CASE WHEN x.rc THEN NULL ELSE x.b::jsonb END,
+                 'server_time', x.ts, 'recalled', x.rc, 'mentions', to_jsonb(x.mn::bigint[]),
+                 'mention_all', x.ma, 'reply_to', x.rt, 'edited_at', NULL,
+                 'reactions', '[]'::jsonb)
+               || jsonb_strip_nulls(jsonb_build_object(
+                 'external_id', (SELECT u.external_id FROM users u WHERE u.user_id = x.s),
+                 'to_bots', (SELECT jsonb_agg(bot.user_id ORDER BY bot.user_id) FROM users bot
+                              WHERE bot.kind = 'bot' AND bot.user_id <> x.s
+                                AND bot.deleted_at IS NULL
+                                AND (bot.user_id = ANY(x.mn::bigint[])
+                                     OR (left(x.c, 2) = 's:' AND bot.user_id =
+                                         ANY(string_to_array(substr(x.c, 3), ':')::bigint[])))
+                                AND x.t NOT IN ('system', 'edit', 'recall', 'reaction')))) AS d,
+               (extract(epoch from clock_timestamp()) * 1000)::bigint AS now
+          FROM x JOIN ins ON ins.conv_id = x.c AND ins.seq = x.q
+         WHERE EXISTS (SELECT 1 FROM webhooks WHERE deleted_at IS NULL)
+      ) e
+      JOIN webhooks w ON w.deleted_at IS NULL AND w.events && ARRAY['*', e.ty]
+     WHERE e.ty IS NOT NULL
+     ORDER BY e.i
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 ), blank AS (
     UPDATE messages m SET content = NULL, recalled = true, search = NULL
       FROM unnest($9::text[], $10::bigint[]) AS r(c, q)
@@ -107,7 +148,8 @@ WITH ver AS (
     ON CONFLICT (conv_id) DO UPDATE SET max_seq = GREATEST(conversations.max_seq, EXCLUDED.max_seq),
         seq_reserved = GREATEST(conversations.seq_reserved, EXCLUDED.max_seq), version = EXCLUDED.version
 )
-SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins), (SELECT count(*) FROM push)
+SELECT (SELECT version FROM ver), (SELECT count(*) FROM ins), (SELECT count(*) FROM push),
+       (SELECT count(*) FROM hooked)
 """
 
 
@@ -156,7 +198,7 @@ async def persist_batch(
         [search_document(m) for m in batch],
     )
     assert row is not None
-    return Persisted(int(row[0]), int(row[1]), int(row[2]))
+    return Persisted(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
 
 async def touch_filled_windows(conn: asyncpg.Connection, batch: list[NewMessage]) -> list[int]:

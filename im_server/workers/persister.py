@@ -261,10 +261,10 @@ class Persister:
         with its content replaced, keeping its seq, sender and client_msg_id (an acked
         message is never dropped), and counted."""
         log.error("persister: batch of %d refused (%r); writing it row by row", len(batch), err)
-        version = inserted = pushed = 0
+        version = inserted = pushed = hooked = 0
         for m in batch:
             try:
-                version, n, p = await self._write([m], here, blank)
+                version, n, p, h = await self._write([m], here, blank)
             except asyncpg.DataError as e:
                 metrics.PERSIST_POISON.inc()
                 log.error(
@@ -282,10 +282,11 @@ class Persister:
                     '{"unstorable": true}',
                     m.server_time,
                 )
-                version, n, p = await self._write([stub], here, blank)
+                version, n, p, h = await self._write([stub], here, blank)
             inserted += n
             pushed += p
-        return Persisted(version, inserted, pushed)
+            hooked += h
+        return Persisted(version, inserted, pushed, hooked)
 
     async def _check_conflicts(self, batch: list[NewMessage]) -> None:
         """Rows skipped by ON CONFLICT are normally replays (already stored, same seq). A
@@ -316,15 +317,16 @@ class Persister:
         if batch:
             blank = recall.blanking(batch)
             try:
-                version, inserted, pushed = await self._write(batch, blank.in_batch, blank.earlier)
+                done = await self._write(batch, blank.in_batch, blank.earlier)
             except asyncpg.DataError as e:
-                version, inserted, pushed = await self._write_one_by_one(
-                    batch, blank.in_batch, blank.earlier, e
-                )
+                done = await self._write_one_by_one(batch, blank.in_batch, blank.earlier, e)
+            inserted, pushed = done.inserted, done.pushed
             now_ms = time.time() * 1000
             metrics.PERSISTED.inc(inserted)
             if pushed:  # wake this process's pusher only when there is something to push
                 self.ctx.push_due.set()
+            if done.hooked:  # and its webhook deliverer
+                self.ctx.webhooks_due.set()
             metrics.PERSIST_BATCH.observe(len(batch))
             for m in batch:
                 metrics.PERSIST_LAG.observe(max(0.0, (now_ms - m.server_time) / 1000))

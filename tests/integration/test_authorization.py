@@ -361,6 +361,7 @@ async def a_public_profile(w: World, res: Any) -> None:
         "user_id": w.uid("A"),
         "username": w.A.username,
         "display_name": w.A.username,
+        "kind": "user",
     }, f"look-up answered {res}"
 
 
