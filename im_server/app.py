@@ -36,6 +36,7 @@ from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.context.app_tokens import AppTokens, load_public_keys
 from im_server.context.batching import KeyedCoalescer
+from im_server.context.before_send import BeforeSendHook
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits, SharedRates
 from im_server.gateway import ws
@@ -122,6 +123,7 @@ def build_context(settings: Settings) -> Context:
         auth_cache=TTLCache(settings.auth_cache_seconds),
         api_key_cache=TTLCache(API_KEY_CACHE_S),
         app_tokens=app_tokens_of(settings),
+        before_send=before_send_of(settings),
         members_cache=TTLCache(settings.members_cache_seconds),
     )
 
@@ -129,6 +131,18 @@ def build_context(settings: Settings) -> Context:
 IDEMPOTENCY_PRUNE_S = 600.0
 WEBHOOK_DEPTH_S = 10.0  # queue depths for /metrics, and the prune of old deliveries
 API_KEY_CACHE_S = 5.0  # a revoked API key stops working everywhere within this
+
+
+def before_send_of(settings: Settings) -> BeforeSendHook:
+    url = settings.before_send_url.get_secret_value() if settings.before_send_url else ""
+    secret = settings.before_send_secret
+    return BeforeSendHook(
+        url=url or None,
+        secret=secret.get_secret_value() if secret else None,
+        timeout_s=settings.before_send_timeout_ms / 1000,
+        breaker_failures=settings.before_send_breaker_failures,
+        breaker_s=settings.before_send_breaker_seconds,
+    )
 
 
 def app_tokens_of(settings: Settings) -> AppTokens:
@@ -294,6 +308,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if ctx.background:
                 await asyncio.wait(list(ctx.background), timeout=2.0)
             await ctx.redis.close()
+            await ctx.before_send.close()
             if ctx.object_store is not None:
                 await ctx.object_store.close()
             await ctx.db.dispose()

@@ -16,6 +16,7 @@ STATUS = {
     "conflict": 409,
     "receipts_disabled": 403,
     "unavailable": 503,
+    "rejected": 403,  # the app's before-send hook said no
 }
 
 

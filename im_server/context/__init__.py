@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from im_server.config import Settings
 from im_server.context.app_tokens import AppTokens
 from im_server.context.batching import Coalescer, KeyedCoalescer
+from im_server.context.before_send import BeforeSendHook
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits
 from im_server.errors import unavailable
@@ -175,6 +176,10 @@ class TTLCache(Generic[K, V]):
     def drop(self, key: K) -> None:
         self._d.pop(key, None)
 
+    def __contains__(self, key: K) -> bool:
+        hit = self._d.get(key)
+        return hit is not None and hit[0] >= time.monotonic()
+
     def drop_where(self, pred: Callable[[V], bool]) -> int:
         """Drop every entry whose value matches (a scan: for rare invalidations)."""
         gone = [k for k, (_, v) in self._d.items() if pred(v)]
@@ -200,8 +205,12 @@ class Context:
     receipts: ReceiptSink = field(default_factory=NullReceipts)
     cursors: CursorSink = field(default_factory=NullCursors)
     auth_cache: TTLCache[bytes, Session] = field(default_factory=lambda: TTLCache(30.0))
+    # the before-send hook's client (no URL: no hook)
+    before_send: BeforeSendHook = field(default_factory=BeforeSendHook)
     # the keys of app-signed tokens (none configured: JWTs are not accepted)
     app_tokens: AppTokens = field(default_factory=AppTokens)
+    # users' external ids (None: not an app user), for the before-send hook's calls
+    external_ids: TTLCache[int, str | None] = field(default_factory=lambda: TTLCache(60.0))
     # checked API keys by the key's hash (a revocation drops the entry everywhere)
     api_key_cache: TTLCache[bytes, ApiKeyRow] = field(default_factory=lambda: TTLCache(30.0))
     members_cache: TTLCache[str, list[int]] = field(default_factory=lambda: TTLCache(60.0))

@@ -15,6 +15,7 @@ client's send."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -36,7 +37,7 @@ from im_server.protocol.client_frames import SendFields
 from im_server.protocol.ids import ConvRef
 from im_server.protocol.server_frames import AckOk, ack, message_frame
 from im_server.protocol.session import SendCmd
-from im_server.services import members, permissions, recovery, send_checks, seqs
+from im_server.services import before_send, members, permissions, recovery, send_checks, seqs
 from im_server.services.send_checks import Extras
 from im_server.storage import messages as msg_store
 from im_server.storage.redis.replies import (
@@ -79,6 +80,9 @@ def accept(
         metrics.SENDS.labels(e.code).inc()
         out.set_exception(e)
         return out
+    if ctx.before_send.configured:  # the app's rules first: no seq before its answer
+        _into(ctx, out, _hooked_send(ctx, sender_id, ref, fields, content_json, exclude_conn))
+        return out
     if not fields.plain or ctx.rate.send.needs_round_trip(sender_id):
         _into(ctx, out, _checked_send(ctx, sender_id, ref, fields, content_json, exclude_conn))
         return out
@@ -116,6 +120,33 @@ def accept(
 
     submit(ctx, args).add_done_callback(answered)
     return out
+
+
+async def _hooked_send(
+    ctx: Context,
+    sender_id: int,
+    ref: ConvRef,
+    fields: SendFields | SendCmd,
+    content_json: str,
+    exclude_conn: int | None,
+) -> AckOk:
+    """A send shown to the before-send hook first (``services/before_send.py``): rejected
+    (no seq used), sent with the hook's content, or sent as it is."""
+    d = await before_send.decide(ctx, sender_id, ref, fields)
+    if d.action == "reject":
+        metrics.SENDS.labels("rejected").inc()
+        raise ImError("rejected", d.reason)
+    if d.action == "unavailable":
+        metrics.SENDS.labels("unavailable").inc()
+        raise unavailable(d.reason)
+    if d.action == "replace" and d.content is not None:
+        content_json = send_checks.encode_content(ctx, d.content)
+        fields = (
+            fields.model_copy(update={"content": d.content})
+            if isinstance(fields, SendFields)
+            else dataclasses.replace(fields, content=d.content)
+        )
+    return await _checked_send(ctx, sender_id, ref, fields, content_json, exclude_conn)
 
 
 async def _checked_send(

@@ -30,6 +30,16 @@ def check_send(ctx: Context, sender_id: int, ref: ConvRef, content: dict[str, Js
     """The checks of a send (frame or REST body) that need the server, once the protocol
     models have checked the fields: the content's size and storability, the sender's
     place in a single chat, the rate limit. Returns the content as compact JSON."""
+    encoded = encode_content(ctx, content)
+    if ref.kind == "single" and not ref.has_user(sender_id):
+        raise ImError("not_member", "this single chat is not yours")
+    ctx.rate.send.check(sender_id, "messages")
+    return encoded
+
+
+def encode_content(ctx: Context, content: dict[str, JsonValue]) -> str:
+    """A message's content as compact JSON, if it can be stored: encodable, no NUL
+    character (jsonb cannot hold one), within ``IM_MAX_CONTENT_BYTES``."""
     try:
         encoded = orjson.dumps(content)
     except (TypeError, orjson.JSONEncodeError) as e:
@@ -41,9 +51,6 @@ def check_send(ctx: Context, sender_id: int, ref: ConvRef, content: dict[str, Js
             "too_large",
             f"content is {len(encoded)} bytes, the limit is {ctx.settings.max_content_bytes}",
         )
-    if ref.kind == "single" and not ref.has_user(sender_id):
-        raise ImError("not_member", "this single chat is not yours")
-    ctx.rate.send.check(sender_id, "messages")
     return encoded.decode()
 
 

@@ -151,3 +151,9 @@ async def token_floors(conn: AsyncConnection, user_ids: list[int]) -> dict[int, 
         {"u": user_ids},
     )
     return {int(u): (int(t) if t is not None else None) for u, t in r}
+
+
+async def external_id_of(conn: AsyncConnection, user_id: int) -> str | None:
+    r = await conn.execute(text("SELECT external_id FROM users WHERE user_id = :u"), {"u": user_id})
+    row = r.first()
+    return str(row[0]) if row and row[0] is not None else None

@@ -186,3 +186,8 @@ def registrations_addr(addr: str) -> str:
 def friend_requests_user(user_id: int) -> str:
     """Friend requests sent by one user."""
     return f"im:fr:u:{user_id}"
+
+
+def send_decision(sender_id: int, client_msg_id: str) -> str:
+    """The before-send hook's decision on one send, kept so that a retry gets it again."""
+    return f"im:bsd:{sender_id}:{client_msg_id}"

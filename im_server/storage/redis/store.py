@@ -20,6 +20,7 @@ from redis.backoff import NoBackoff
 from im_server.storage.redis import keys
 from im_server.storage.redis.acked_sends import AckedSends, AckWithoutReplica
 from im_server.storage.redis.acked_sends import ReplicaWaitError as ReplicaWaitError
+from im_server.storage.redis.decision_ops import DecisionOps
 from im_server.storage.redis.perm_ops import PermOps
 from im_server.storage.redis.presence_ops import DEVICES_CHUNK as DEVICES_CHUNK
 from im_server.storage.redis.presence_ops import PresenceOps
@@ -71,7 +72,7 @@ def _raw(response: Any, **options: Any) -> Any:
     return response
 
 
-class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps, RateOps):
+class RedisStore(AckedSends, PermOps, StreamOps, RegistryOps, PresenceOps, RateOps, DecisionOps):
     """One client (connection pool; on a Cluster, one per node) plus the scripts; tracks
     each node's run id so a restarted Redis, or a node newly serving some slots, is
     noticed before any command runs on a new connection."""
