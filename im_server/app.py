@@ -56,7 +56,7 @@ from im_server.services import (
     push_registrations,
     read,
     recovery,
-    send,
+    send_stores,
     uploads,
     webhooks,
 )
@@ -116,7 +116,7 @@ def build_context(settings: Settings) -> Context:
         send_batcher=KeyedCoalescer(
             redis.send_many, lambda a: a.partition, settings.send_batch_max
         ),
-        dedupe_checker=send.dedupe_checker(engine),
+        dedupe_checker=send_stores.dedupe_checker(engine),
         health=Health(engine, redis),
         rate=RateLimits.from_settings(settings, SharedRates(redis.take_rates)),
         object_store=ObjectStore(settings) if settings.s3_endpoint else None,

@@ -22,24 +22,21 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-import asyncpg
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from im_server import metrics
-from im_server.context import Context, DedupeChecker
-from im_server.context.batching import Coalescer
+from im_server.context import Context
 from im_server.errors import ImError, is_store_error, unavailable
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.ids import ConvRef
-from im_server.protocol.server_frames import AckOk, ack, message_frame
+from im_server.protocol.server_frames import AckOk, ack
 from im_server.protocol.session import SendCmd
-from im_server.services import before_send, members, permissions, recovery, send_checks, seqs
+from im_server.services import before_send, permissions, recovery, send_checks, seqs
+from im_server.services.fan_out import fan_out
 from im_server.services.send_checks import Extras
-from im_server.storage import messages as msg_store
+from im_server.services.send_stores import failed_store
 from im_server.storage.redis.replies import (
     SendCheckDedupe,
     SendDuplicate,
@@ -367,85 +364,6 @@ async def _prepare_retry(
         log.warning("send to %s could not complete (%r): %r", ref.conv_id, r, e)
         raise unavailable("the database is unavailable, try again") from e
     return None
-
-
-def failed_store(e: BaseException) -> str | None:
-    """Which store ``e`` says is unreachable or failing: 'redis', 'postgres', or None when
-    it is neither (a bug, which must surface as one rather than as `unavailable`).
-    Redis errors all come wrapped by redis-py; a bare OSError or timeout here comes from
-    the PostgreSQL driver connecting."""
-    if isinstance(e, RedisError):
-        return "redis"
-    if isinstance(e, _PG_FAILURES) or is_store_error(e):
-        return "postgres"
-    return None
-
-
-_PG_FAILURES = (
-    OperationalError,
-    InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,  # shutting down, starting up, statement timeout
-)
-
-
-def dedupe_checker(engine: AsyncEngine) -> DedupeChecker:
-    """Looks (sender, client_msg_id) pairs up in PostgreSQL, many per query: used only
-    while a Redis that lost its data may have forgotten recent sends."""
-
-    async def run(pairs: list[tuple[int, str]]) -> list[SendDuplicate | None]:
-        async with engine.connect() as conn:
-            found = await msg_store.by_dedupe_keys(conn, pairs)
-        out: list[SendDuplicate | None] = []
-        for p in pairs:
-            hit = found.get(p)
-            out.append(SendDuplicate(*hit) if hit is not None else None)
-        return out
-
-    return Coalescer(run, 500)
-
-
-def fan_out(
-    ctx: Context,
-    ref: ConvRef,
-    seq: int,
-    sender_id: int,
-    cmid: str,
-    ctype: str,
-    content_json: str,
-    ts: int,
-    exclude_conn: int | None,
-    args: SendArgs | None = None,
-) -> None:
-    """Push the message to every device of every member but ``exclude_conn``; at once
-    when the members are cached, else after loading them (off the sender's path)."""
-    if args is None:
-        frame = message_frame(ref.conv_id, seq, sender_id, cmid, ctype, content_json, ts)
-    else:
-        frame = message_frame(
-            ref.conv_id,
-            seq,
-            sender_id,
-            cmid,
-            ctype,
-            content_json,
-            ts,
-            mentions=args.mentions,
-            mention_all=args.mention_all,
-            reply_to=args.reply_to,
-        )
-    users = members.cached_recipients(ctx, ref)
-    if users is not None:
-        ctx.events.push(users, frame, exclude_conn)
-        return
-
-    async def _later() -> None:
-        try:
-            ctx.events.push(await members.recipients(ctx, ref), frame, exclude_conn)
-        except Exception as e:  # noqa: BLE001 - the message is queued; devices catch up by sync
-            log.warning("fan-out of %s/%d skipped, members unknown: %r", ref.conv_id, seq, e)
-
-    ctx.spawn(_later())
 
 
 async def send_system(

@@ -21,7 +21,7 @@ from im_server.config import Settings
 from im_server.context import Context
 from im_server.errors import ImError
 from im_server.protocol.ids import parse_conv_id
-from im_server.services import send
+from im_server.services import send, send_stores
 from im_server.storage.redis.replies import (
     CHECK_DEDUPE,
     NEEDS_SEQ_BLOCK,
@@ -139,4 +139,4 @@ async def test_answers_that_need_work_first_settle_nothing(
     ],
 )
 def test_which_failures_are_a_store_down(error: Exception, store: str | None) -> None:
-    assert send.failed_store(error) == store
+    assert send_stores.failed_store(error) == store

@@ -456,6 +456,13 @@ export interface NewUser {
   display_name?: string | null;
 }
 
+export interface NewWebhook {
+  /** http or https; not a private address */
+  url: string;
+  /** event types, or ["*"] for every one */
+  events: string[];
+}
+
 export interface PasswordChange {
   old_password: string;
   /** 8-256 characters */
@@ -557,6 +564,11 @@ export interface SearchPage {
   results: Message[];
   /** opaque: pass as before for the next page; null at the end */
   next_before: string | null;
+}
+
+export interface SecretRotated {
+  /** the new secret; the old one also signs for 24 h */
+  secret: string;
 }
 
 /** The fields of the WebSocket ``send`` frame; the path names the conversation. */
@@ -802,6 +814,38 @@ export interface ValidationError {
   type: string;
   input?: unknown;
   ctx?: Record<string, unknown>;
+}
+
+export interface WebhookCreated {
+  webhook_id: number;
+  /** whsec_ + base64 of 32 random bytes; shown only here */
+  secret: string;
+}
+
+export interface WebhookDeliveries {
+  /** newest first, at most 100 */
+  deliveries: WebhookDelivery[];
+}
+
+export interface WebhookDelivery {
+  /** the delivery's webhook-id header (the same on retries) */
+  event_id: string;
+  type: string;
+  /** its order key: the conversation, or user:<id> */
+  conv_key: string;
+  status: "pending" | "delivered" | "failed";
+  attempts: number;
+  /** must be milliseconds since the Unix epoch */
+  created_at: number;
+  last_error: string | null;
+}
+
+export interface WebhookInfo {
+  webhook_id: number;
+  url: string;
+  events: string[];
+  /** must be milliseconds since the Unix epoch */
+  created_at: number;
 }
 
 /** The server frame of one `type`. */
