@@ -209,6 +209,10 @@ class Chat:
             self.conv = target
             self.console.print(f"[bold]now in {escape(target)}[/]")
             await self.show_history(10)
+        elif cmd == "/bot" and args:  # a chat with a bot needs no friend request
+            conv = await c.request("POST", f"/v1/bots/{int(args[0])}/chat")
+            self.conv = str(conv["conv_id"])
+            self.console.print(f"[bold]now in {escape(self.conv)}[/]")
         elif cmd == "/history":
             await self.show_history(int(args[0]) if args else 20)
         elif cmd == "/group" and len(args) >= 1:

@@ -170,6 +170,7 @@ HELP = """commands:
   /list                    your conversations, pinned first, with unread counts and the
                            badge (@: you were mentioned)
   /open <conv_id|user_id>  chat in a conversation (a user id opens your single chat)
+  /bot <user_id>           open a chat with a bot (no friend request needed)
   /history [n]             the last n messages of the open conversation (default 20)
   /group <name> <ids...>   create a group with these members
   /reply <seq> <text>      reply to message <seq> of the open conversation

@@ -174,6 +174,42 @@ class ServerClient:
             "DELETE", f"/v1/server/groups/{group_id}/members/{quote(external_id, safe='')}"
         )
 
+    # -- webhooks --------------------------------------------------------------------------
+    async def create_webhook(
+        self, url: str, events: Sequence[str] = ("*",), *, idempotency_key: str | None = None
+    ) -> JsonObject:
+        """A webhook: ``{webhook_id, secret}`` (the secret is shown only here)."""
+        return await self._obj(
+            "POST",
+            "/v1/server/webhooks",
+            json={"url": url, "events": list(events)},
+            idempotency_key=idempotency_key,
+        )
+
+    async def webhooks(self) -> list[JsonObject]:
+        out: list[JsonObject] = await self.request("GET", "/v1/server/webhooks")
+        return out
+
+    async def delete_webhook(self, webhook_id: int) -> None:
+        await self.request("DELETE", f"/v1/server/webhooks/{webhook_id}")
+
+    async def rotate_webhook_secret(self, webhook_id: int) -> str:
+        data = await self._obj("POST", f"/v1/server/webhooks/{webhook_id}/rotate-secret")
+        return str(data["secret"])
+
+    async def webhook_deliveries(self, webhook_id: int, status: str = "failed") -> list[JsonObject]:
+        data = await self._obj(
+            "GET", f"/v1/server/webhooks/{webhook_id}/deliveries?status={quote(status)}"
+        )
+        out: list[JsonObject] = data["deliveries"]
+        return out
+
+    async def retry_delivery(self, webhook_id: int, event_id: str) -> None:
+        await self.request(
+            "POST",
+            f"/v1/server/webhooks/{webhook_id}/deliveries/{quote(event_id, safe='')}/retry",
+        )
+
 
 def _user(external_id: str) -> str:
     return f"/v1/server/users/{quote(external_id, safe='')}"

@@ -20,6 +20,7 @@ from tests.support import Stores, api_key, eventually, new_user, pg
 RUN = uuid.uuid4().hex[:8]
 TARGET = f"authz-{RUN}"  # an existing user every call names
 NEW = f"authz-new-{RUN}"  # a user no refused call may create
+WEBHOOK = 2**40  # the calls are refused before anyone looks for it
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,24 @@ def routes(group_id: int) -> list[Route]:
         Route("POST", "/v1/server/groups", "groups", {"name": "g", "owner": TARGET, "members": []}),
         Route("PUT", f"/v1/server/groups/{group_id}/members/{TARGET}-b", "groups", {}),
         Route("DELETE", f"/v1/server/groups/{group_id}/members/{TARGET}-b", "groups"),
+        Route(
+            "POST",
+            "/v1/server/webhooks",
+            "webhooks",
+            {"url": "https://hooks.example/x", "events": ["*"]},
+        ),
+        Route("GET", "/v1/server/webhooks", "webhooks"),
+        Route("DELETE", f"/v1/server/webhooks/{WEBHOOK}", "webhooks"),
+        Route("POST", f"/v1/server/webhooks/{WEBHOOK}/rotate-secret", "webhooks"),
+        Route("GET", f"/v1/server/webhooks/{WEBHOOK}/deliveries?status=failed", "webhooks"),
+        Route("POST", f"/v1/server/webhooks/{WEBHOOK}/deliveries/msg_x/retry", "webhooks"),
     ]
 
 
 def other_scope(scope: str) -> str:
-    return {"users": "messages", "messages": "groups", "groups": "users"}[scope]
+    return {"users": "messages", "messages": "groups", "groups": "webhooks", "webhooks": "users"}[
+        scope
+    ]
 
 
 async def _state(stores: Stores) -> tuple[Any, ...]:
@@ -84,6 +98,7 @@ async def _state(stores: Stores) -> tuple[Any, ...]:
             await conn.fetchval("SELECT count(*) FROM groups"),
             await conn.fetchval("SELECT count(*) FROM friendships"),
             await conn.fetchval("SELECT count(*) FROM conv_members"),
+            tuple(await conn.fetchrow("SELECT count(*), max(secret) FROM webhooks")),
         )
 
 
@@ -102,7 +117,10 @@ async def test_every_server_route_refuses_the_wrong_caller(url: str, stores: Sto
         assert await apikeys.revoke(db, revoked_name)
     finally:
         await db.dispose()
-    scoped = {s: await api_key(stores, [other_scope(s)]) for s in ("users", "messages", "groups")}
+    scoped = {
+        s: await api_key(stores, [other_scope(s)])
+        for s in ("users", "messages", "groups", "webhooks")
+    }
     before = await _state(stores)
     checked = 0
     for route in routes(group["group_id"]):

@@ -11,10 +11,13 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,6 +25,7 @@ import pytest
 from aiohttp import web
 
 from im_server.client import ApiError, Client, ServerClient
+from im_server.runtime.processes import free_port
 from tests.support import ServerProcess, Stores, api_key, eventually
 
 HOOK_ENV = {
@@ -427,3 +431,52 @@ async def test_private_addresses_are_refused_by_default(url: str, stores: Stores
         assert await app.request("GET", "/v1/server/webhooks") == [] or all(
             "127.0.0.1" not in w["url"] for w in await app.request("GET", "/v1/server/webhooks")
         )
+
+
+EXAMPLE_BOT = Path(__file__).resolve().parents[2] / "examples" / "echo_bot.py"
+
+
+async def test_the_example_echo_bot(hook_server: ServerProcess, hook_stores: Stores) -> None:
+    """``examples/echo_bot.py`` as the README runs it, next to a server."""
+    env = {**os.environ, "IM_API_KEY": await api_key(hook_stores)}
+    bot = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLE_BOT),
+        "--url",
+        hook_server.url,
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--bot",
+        ext(),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert bot.stdout is not None
+        line = (await asyncio.wait_for(bot.stdout.readline(), 60)).decode()
+        assert line.startswith("bot user id "), line
+        bot_id = int(line.split()[3].rstrip(";"))
+        user = Client(hook_server.url)
+        async with ServerClient(hook_server.url, env["IM_API_KEY"]) as app:
+            u = ext()
+            await app.put_user(u)
+            user.token = (await app.mint_token(u))["token"]
+        async with user:
+            await user.me()
+            conv = (await user.request("POST", f"/v1/bots/{bot_id}/chat"))["conv_id"]
+            sock = await user.connect()
+            hello = await user.send_rest(conv, {"text": "hello"})
+            got = await sock.next_event(
+                "message", timeout=20, predicate=lambda f: f["message"]["sender_id"] == bot_id
+            )
+            assert got["message"]["content"] == {"text": "echo: hello"}
+            assert got["message"]["reply_to"] == hello["seq"]
+            await user.send_rest(conv, {"text": "buy spam now"})
+            got = await sock.next_event(
+                "message", timeout=20, predicate=lambda f: f["message"]["sender_id"] == bot_id
+            )
+            assert got["message"]["content"] == {"text": "please keep it clean"}
+    finally:
+        bot.terminate()
+        await bot.wait()
