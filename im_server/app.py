@@ -35,7 +35,7 @@ from im_server.api.failures import install_error_handlers
 from im_server.config import Settings, load_settings
 from im_server.context import Context, TTLCache
 from im_server.context.app_tokens import AppTokens, load_public_keys
-from im_server.context.batching import KeyedCoalescer
+from im_server.context.batching import Coalescer, KeyedCoalescer
 from im_server.context.before_send import BeforeSendHook
 from im_server.context.health import Health
 from im_server.context.limits import RateLimits, SharedRates
@@ -123,7 +123,7 @@ def build_context(settings: Settings) -> Context:
         auth_cache=TTLCache(settings.auth_cache_seconds),
         api_key_cache=TTLCache(API_KEY_CACHE_S),
         app_tokens=app_tokens_of(settings),
-        before_send=before_send_of(settings),
+        before_send=before_send_of(settings, redis),
         members_cache=TTLCache(settings.members_cache_seconds),
     )
 
@@ -133,7 +133,7 @@ WEBHOOK_DEPTH_S = 10.0  # queue depths for /metrics, and the prune of old delive
 API_KEY_CACHE_S = 5.0  # a revoked API key stops working everywhere within this
 
 
-def before_send_of(settings: Settings) -> BeforeSendHook:
+def before_send_of(settings: Settings, redis: RedisStore) -> BeforeSendHook:
     url = settings.before_send_url.get_secret_value() if settings.before_send_url else ""
     secret = settings.before_send_secret
     return BeforeSendHook(
@@ -142,6 +142,8 @@ def before_send_of(settings: Settings) -> BeforeSendHook:
         timeout_s=settings.before_send_timeout_ms / 1000,
         breaker_failures=settings.before_send_breaker_failures,
         breaker_s=settings.before_send_breaker_seconds,
+        reads=Coalescer(redis.send_decisions, 500),
+        keeps=Coalescer(redis.keep_send_decisions, 500),
     )
 
 

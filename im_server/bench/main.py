@@ -12,6 +12,7 @@ import sys
 BENCHMARKS = {
     "load": "im_server.bench.runner",
     "app_tokens": "im_server.bench.app_tokens",
+    "before_send": "im_server.bench.before_send",
     "catch_up": "im_server.bench.catch_up",
     "chaos": "im_server.bench.chaos.main",
     "member_adds": "im_server.bench.member_adds",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
+from im_server.context.batching import Coalescer
 from im_server.protocol import webhook_signing
 
 READ_MAX = 256 * 1024
@@ -37,6 +38,9 @@ class BeforeSendHook:
     _open_until: float = 0.0
     _trial: bool = False
     _http: aiohttp.ClientSession | None = field(default=None, repr=False)
+    # the kept decisions, read and written for many sends at once (one Redis pipeline)
+    reads: Coalescer[tuple[int, str], bytes | None] | None = field(default=None, repr=False)
+    keeps: Coalescer[tuple[int, str, bytes, int], bytes] | None = field(default=None, repr=False)
 
     @property
     def configured(self) -> bool:

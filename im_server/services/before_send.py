@@ -95,7 +95,12 @@ async def decide(
     ctx: Context, sender_id: int, ref: ConvRef, fields: SendFields | SendCmd
 ) -> Decision:
     cmid = fields.client_msg_id
-    kept = await ctx.redis.send_decision(sender_id, cmid)
+    hook = ctx.before_send
+    kept = await (
+        hook.reads.submit((sender_id, cmid))
+        if hook.reads is not None
+        else ctx.redis.send_decision(sender_id, cmid)
+    )
     if kept is not None:
         metrics.BEFORE_SEND_DECISIONS.labels("remembered").inc()
         return _decode(kept)
@@ -115,7 +120,7 @@ async def decide(
         data["reply_to"] = fields.reply_to
     body = orjson.dumps({"type": "message.before_send", "timestamp": now_ms(), "data": data})
     t0 = time.perf_counter()
-    outcome, answer = await ctx.before_send.ask(f"bs_{sender_id}_{cmid}", body)
+    outcome, answer = await hook.ask(f"bs_{sender_id}_{cmid}", body)
     if outcome == "breaker_open":
         return _failed(ctx, "breaker_open")
     metrics.BEFORE_SEND_SECONDS.observe(time.perf_counter() - t0)
@@ -123,7 +128,8 @@ async def decide(
     if decision is None:
         return _failed(ctx, "failed")
     metrics.BEFORE_SEND_DECISIONS.labels(decision.action).inc()
-    kept = await ctx.redis.keep_send_decision(
-        sender_id, cmid, _encode(decision), ctx.settings.before_send_remember_seconds
+    item = (sender_id, cmid, _encode(decision), ctx.settings.before_send_remember_seconds)
+    kept = await (
+        hook.keeps.submit(item) if hook.keeps is not None else ctx.redis.keep_send_decision(*item)
     )
     return _decode(kept)
