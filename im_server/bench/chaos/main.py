@@ -1,10 +1,11 @@
 """Run the chaos scenarios of :mod:`im_server.bench.chaos` and print what they found:
 
-    ./scripts/bench chaos [--scenarios gateway,redis,cluster] [--pre 15] [--post 5]
+    ./scripts/bench chaos [--scenarios gateway,redis,cluster,webhooks] [--pre 15] [--post 5]
                           [--window 16] [--json] [--keep]
 
 Every scenario by default, one after the other, each with its own stores in a temp folder;
-``cluster`` is the scenario of a Valkey Cluster's failures (``chaos/cluster.py``).
+``cluster`` is the scenario of a Valkey Cluster's failures (``chaos/cluster.py``),
+``webhooks`` the kill -9 of a process delivering webhooks (``chaos/webhooks.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import orjson
 
 from im_server.bench import chaos
 from im_server.bench.chaos import cluster as chaos_cluster
+from im_server.bench.chaos import webhooks as chaos_webhooks
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -35,6 +37,7 @@ async def amain(args: argparse.Namespace) -> int:
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     results: list[chaos.Result] = []
     cluster_res: dict[str, object] | None = None
+    webhooks_res: dict[str, object] | None = None
     base = Path(tempfile.mkdtemp(prefix="im-chaos-"))
     try:
         if "cluster" in names:
@@ -44,6 +47,15 @@ async def amain(args: argparse.Namespace) -> int:
             cluster_res = await chaos_cluster.run(base / "cluster", load_s=args.pre)
             if not args.json:
                 chaos_cluster.print_table(cluster_res)
+        if "webhooks" in names:
+            names.remove("webhooks")
+            if not args.json:
+                print("== webhooks: kill -9 of a delivering process, restarted", flush=True)
+            webhooks_res = await chaos_webhooks.run(
+                base / "webhooks", pre_s=args.pre, post_s=args.post
+            )
+            if not args.json:
+                chaos_webhooks.print_table(webhooks_res)
         for name in names:
             if not args.json:
                 print(
@@ -64,6 +76,7 @@ async def amain(args: argparse.Namespace) -> int:
                     "params": asdict(p),
                     "scenarios": [r.summary() for r in results],
                     "cluster": cluster_res,
+                    "webhooks": webhooks_res,
                 }
             ).decode()
         )
@@ -81,7 +94,10 @@ async def amain(args: argparse.Namespace) -> int:
     cluster_ok = cluster_res is None or not any(
         cluster_res[k] for k in ("lost", "duplicated", "seq_violations")
     )
-    return 0 if all(r.ok for r in results) and cluster_ok else 1
+    webhooks_ok = webhooks_res is None or not any(
+        webhooks_res[k] for k in ("missing", "order_violations")
+    )
+    return 0 if all(r.ok for r in results) and cluster_ok and webhooks_ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         description=f"{__doc__}\n{chaos.__doc__}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--scenarios", default=",".join((*chaos.SCENARIOS, "cluster")))
+    ap.add_argument("--scenarios", default=",".join((*chaos.SCENARIOS, "cluster", "webhooks")))
     ap.add_argument("--pre", type=float, default=15.0, help="seconds of load before the kill")
     ap.add_argument("--post", type=float, default=5.0, help="seconds of load after recovery")
     ap.add_argument("--down", type=float, default=1.0, help="seconds a store stays dead")
