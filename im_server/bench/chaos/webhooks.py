@@ -18,6 +18,7 @@ one of the same conversation had arrived: must be 0); the longest wait for an ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -48,6 +49,7 @@ class Received:
     first: dict[tuple[str, int], float] = field(default_factory=dict)  # event -> arrival
     order: dict[str, list[int]] = field(default_factory=dict)  # conv -> seqs, first arrivals
     count: dict[str, int] = field(default_factory=dict)  # webhook-id -> deliveries
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 async def _receiver(rec: Received) -> tuple[web.AppRunner, str]:
@@ -56,6 +58,7 @@ async def _receiver(rec: Received) -> tuple[web.AppRunner, str]:
         await asyncio.sleep(random.uniform(0, 0.02))
         msg_id = request.headers["webhook-id"]
         rec.count[msg_id] = rec.count.get(msg_id, 0) + 1
+        rec.arrived.set()
         data = orjson.loads(body)["data"]
         key = (data["conv_id"], int(data["seq"]))
         if key not in rec.first:
@@ -127,7 +130,9 @@ async def run(
         await asyncio.gather(*tasks)
         deadline = time.monotonic() + settle_s
         while time.monotonic() < deadline and any(k not in rec.first for k in acked):
-            await asyncio.sleep(0.2)
+            rec.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rec.arrived.wait(), 0.5)
     finally:
         await runner.cleanup()
         steady.terminate()
