@@ -92,7 +92,7 @@ def hooked(stores: Stores, hook: Hook) -> Iterator[ServerProcess]:
         **stores.env(),
         "IM_BEFORE_SEND_URL": hook.url,
         "IM_BEFORE_SEND_SECRET": SECRET,
-        "IM_BEFORE_SEND_TIMEOUT_MS": "400",
+        "IM_BEFORE_SEND_TIMEOUT_MS": "1000",
         "IM_BEFORE_SEND_BREAKER_FAILURES": "1000",  # the breaker has a test of its own
     }
     srv = ServerProcess(env=env).start()
@@ -169,12 +169,12 @@ async def test_a_retry_gets_the_first_decision_without_asking(
 async def test_no_usable_answer_takes_the_failure_policy(hooked: ServerProcess, hook: Hook) -> None:
     a, b = await new_user(hooked.url), await new_user(hooked.url)
     conv = await befriend(a, b)
-    for text in ("slow 2", "error", "garbage", "unknown action"):
+    for text in ("slow 3", "error", "garbage", "unknown action"):
         cmid = f"f-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         ack = await a.send_rest(conv, {"text": text}, client_msg_id=cmid)
         assert ack["ok"] is True, text  # IM_BEFORE_SEND_FAILURE=allow
-        assert time.perf_counter() - t0 < 1.5, text  # bounded by the 400 ms timeout
+        assert time.perf_counter() - t0 < 2.5, text  # bounded by the 1 s timeout
     # a failure is not kept: a retry asks again (and is a duplicate of the send)
     cmid = f"f-{uuid.uuid4().hex[:8]}"
     first = await a.send_rest(conv, {"text": "error"}, client_msg_id=cmid)
@@ -192,7 +192,7 @@ async def test_calls_run_side_by_side(hooked: ServerProcess, hook: Hook) -> None
         await ws.send(conv, {"text": text}, client_msg_id=cmid)
         done.append(cmid)
 
-    await asyncio.gather(send("slow 0.3", "side-slow"), send("quick", "side-quick"))
+    await asyncio.gather(send("slow 0.8", "side-slow"), send("quick", "side-quick"))
     assert done == ["side-quick", "side-slow"]  # the slow answer held only its own send
 
 
