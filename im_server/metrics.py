@@ -157,7 +157,8 @@ WEBHOOK_DELIVERIES = Counter(
 )
 WEBHOOK_LAG = Histogram(
     "im_webhook_delivery_lag_seconds",
-    "From an event's commit to its receiver's acknowledgement",
+    "From an event's commit to its receiver's acknowledgement, per webhook",
+    ["webhook"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600, 86400),
 )
 WEBHOOK_DEPTH = Gauge(

@@ -132,7 +132,9 @@ class WebhookDeliverer:
                 now = now_ms()
                 if error is None:
                     metrics.WEBHOOK_DELIVERIES.labels(str(webhook_id), "delivered").inc()
-                    metrics.WEBHOOK_LAG.observe(max(0.0, (now - d.created_at) / 1000))
+                    metrics.WEBHOOK_LAG.labels(str(webhook_id)).observe(
+                        max(0.0, (now - d.created_at) / 1000)
+                    )
                     async with self.ctx.db.begin() as conn:
                         d = await store.delivered_then_next(conn, d, now, now + self.lease_ms)
                     continue

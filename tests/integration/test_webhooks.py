@@ -25,8 +25,9 @@ import pytest
 from aiohttp import web
 
 from im_server.client import ApiError, Client, ServerClient
+from im_server.client.transport import request_sync
 from im_server.runtime.processes import free_port
-from tests.support import ServerProcess, Stores, api_key, eventually
+from tests.support import ServerProcess, Stores, api_key, eventually, metric
 
 HOOK_ENV = {
     "IM_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -259,6 +260,19 @@ async def test_order_per_conversation_under_concurrent_sends(
     ids = [r.msg_id for r in receiver.got]
     assert len(ids) == len(set(ids))
     assert all(spec_verify(hook["secret"], r) for r in receiver.got)
+    wid = hook["webhook_id"]
+    # what /metrics says of it: deliveries, their lag, its queue (every 10 s)
+    sample = f'im_webhook_deliveries_total{{outcome="delivered",webhook="{wid}"}}'
+    assert metric(hook_server.url, sample) >= 90
+    lag = f'im_webhook_delivery_lag_seconds_count{{webhook="{wid}"}}'
+    assert metric(hook_server.url, lag) >= 90
+    await eventually(
+        lambda: (
+            metric(hook_server.url, f'im_webhook_queue_depth{{webhook="{wid}"}}') == 0
+            and f'webhook="{wid}"' in request_sync("GET", hook_server.url + "/metrics").text
+        ),
+        timeout=15,
+    )
     for ca, cb, _ in convs:
         await ca.aclose()
         await cb.aclose()
