@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -30,6 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from im_server.runtime.aof_repair import (
+    AOF_DIR,
+    AOF_FILE,
+    aof_to_repair,
+    fix_aof,
+)
 from im_server.runtime.ownership import (
     StoreUser,
     make_private_dir,
@@ -54,7 +59,6 @@ from im_server.runtime.processes import (
     proc,
     procs_in_dir,
     rotate_log,
-    run,
     send_signal,
     store_env,
     tail,
@@ -66,9 +70,6 @@ from im_server.runtime.processes import (
 log = logging.getLogger("im_server.runtime")
 
 CONFIG_FILE = "redis.conf"
-AOF_FILE = "appendonly.aof"  # Redis 6.2's single AOF, and the prefix of Valkey's files
-AOF_DIR = "appendonlydir"
-AOF_MANIFEST = f"{AOF_FILE}.manifest"
 SERVER_NAME = "valkey-server"
 # Folders of earlier versions ran Redis 6.2's redis-server: one still running there is
 # stopped like our own before Valkey takes the folder over.
@@ -77,11 +78,6 @@ _SERVER_NAMES = (SERVER_NAME, "redis-server")
 # (Valkey's Lua engine asks CONFIG for one of its settings at start; refused, it logs a
 # warning and keeps the safe default: the insecure Lua API stays off.)
 RENAMED_AWAY = ("CONFIG", "REPLICAOF", "SLAVEOF")
-# What Valkey logs when an AOF file does not load; the file's name follows.
-_AOF_ERROR = re.compile(
-    r"(?:Bad file format|Unexpected end of file) reading the append only file (\S+?)[:.]?(?:\s|$)"
-)
-_VALKEY_RDB_MAGIC = b"VALKEY"
 APPENDFSYNC = ("always", "everysec", "no")
 
 
@@ -230,70 +226,6 @@ def cleanup_previous_valkey(data_dir: Path, port: int | None, notes: list[str]) 
         terminate(p.pid, grace=5.0)
 
 
-def _last_aof_file(data_dir: Path, user: StoreUser) -> Path | None:
-    """The AOF file Valkey loads last: the last increment in the manifest, else its base;
-    ``appendonly.aof`` itself in a folder of Redis 6.2 that Valkey has not moved yet."""
-    try:
-        manifest = read_private(data_dir / AOF_DIR / AOF_MANIFEST, user)
-    except FileNotFoundError:
-        old = data_dir / AOF_FILE
-        return old if old.exists() else None
-    base: str | None = None
-    incr: str | None = None
-    for line in manifest.splitlines():
-        # file <name> seq <n> type <b|h|i>: the base, history (not loaded), increments
-        words = line.split()
-        if len(words) < 2 or words[0] != "file":
-            continue
-        kind = dict(zip(words[2::2], words[3::2], strict=False)).get("type")
-        if kind == "b":
-            base = words[1]
-        elif kind == "i":
-            incr = words[1]
-    name = incr or base
-    return None if name is None else data_dir / AOF_DIR / name
-
-
-def _aof_to_repair(data_dir: Path, new_log: str, user: StoreUser) -> Path | None:
-    """The file to cut at its first bad byte: Valkey's log says it could not load it, and
-    it is the last one it loads (a crash only tears the end of the AOF). Else None."""
-    named = {m.group(1) for m in _AOF_ERROR.finditer(new_log)}
-    last = _last_aof_file(data_dir, user)
-    if last is None or last.name not in named:
-        return None
-    try:
-        fd = os.open(last, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if fh.read(len(_VALKEY_RDB_MAGIC)) == _VALKEY_RDB_MAGIC:
-            # A snapshot Valkey wrote whole (a temp file, then a rename): no crash tears
-            # it, and the check tool would take it for commands and cut it to nothing.
-            return None
-    return last
-
-
-def _fix_aof(aof: Path, user: StoreUser) -> str:
-    """``valkey-check-aof --fix`` on one file; the valkey-server binary acts as the tool
-    when argv[0] says so.
-
-    It is given the file, not the manifest: given the manifest it checks the base snapshot
-    too, takes one written by Valkey 9 (an RDB opening with ``VALKEY``, not ``REDIS``) for
-    commands and refuses to go on. Given one file, it checks it as an AOF of its own and
-    may cut its end, which is right for the last file Valkey loads."""
-    return run(
-        ["valkey-check-aof", "--fix", str(aof)],
-        what="valkey-check-aof --fix",
-        timeout=300,
-        input_text="y\n",
-        cwd=str(aof.parent),
-        env=store_env(),
-        umask=0o077,
-        executable=valkey_server_binary(),
-        **user.run_kwargs(),
-    )
-
-
 def valkey_ping(port: int, password: str) -> bool:
     import redis
     from redis.backoff import NoBackoff
@@ -381,10 +313,10 @@ def launch_valkey(
         with open(log_file, "rb") as fh:
             fh.seek(log_start)
             new_log = fh.read().decode("utf-8", "replace")
-        aof = None if fixed else _aof_to_repair(data_dir, new_log, user)
+        aof = None if fixed else aof_to_repair(data_dir, new_log, user)
         if aof is not None:
             size = aof.lstat().st_size
-            _fix_aof(aof, user)
+            fix_aof(aof, user)
             notes.append(f"repaired AOF {aof.name} ({size} -> {aof.lstat().st_size} bytes)")
             fixed = True
             continue

@@ -22,6 +22,7 @@ import psutil
 import pytest
 import redis
 
+from im_server.runtime.aof_repair import AOF_DIR, AOF_FILE, AOF_MANIFEST
 from im_server.runtime.embedded import (
     STORE_SYSTEM_USER,
     EmbeddedPostgres,
@@ -33,7 +34,6 @@ from im_server.runtime.embedded import (
     start_redis,
     wait_for_port,
 )
-from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
 from tests.support import wait_aof_rewrite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from im_server.client.transport import request_sync
+from im_server.runtime.aof_repair import AOF_DIR, AOF_FILE, AOF_MANIFEST
 from im_server.runtime.embedded import (
     PASSWORD_FILE,
     STORE_SYSTEM_USER,
@@ -39,7 +40,6 @@ from im_server.runtime.ownership import open_prefix, pg_install
 from im_server.runtime.pg_init import AUTH_MARKER
 from im_server.runtime.postgres import _pg_socket_dir
 from im_server.runtime.processes import run
-from im_server.runtime.redis_server import AOF_DIR, AOF_FILE, AOF_MANIFEST
 from tests.support import ServerProcess, Stores, raw_redis, wait_aof_rewrite
 
 # --------------------------------------------------------------------------- helpers
