@@ -158,3 +158,29 @@ export function setDot(dot, p) {
   setAttr(dot, 'data-online', known ? String(!!p.online) : null);
   setAttr(dot, 'title', known ? presenceText(p) : null);
 }
+
+// http and https URLs in a message; nothing else ever becomes a link
+const URL_IN_TEXT = /\bhttps?:\/\/[^\s<>"'`]+/giu;
+
+/**
+ * ``text`` as text nodes and links: each http(s) URL in it (trailing punctuation left
+ * out) becomes an ``a`` opening in a new tab, without giving that tab this page
+ * (``noopener noreferrer``). Built from nodes, never from markup.
+ */
+export function linkify(text) {
+  const out = [];
+  let last = 0;
+  for (const hit of text.matchAll(URL_IN_TEXT)) {
+    const raw = hit[0].replace(/[.,!?;:'")\]}]+$/u, '');
+    let url;
+    try { url = new URL(raw); } catch { continue; }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') continue;
+    if (hit.index > last) out.push(text.slice(last, hit.index));
+    out.push(h('a', {
+      href: url.href, target: '_blank', rel: 'noopener noreferrer', class: 'msg-link', 'data-testid': 'msg-link',
+    }, raw));
+    last = hit.index + raw.length;
+  }
+  if (last < text.length) out.push(text.slice(last));
+  return out;
+}

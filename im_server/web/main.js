@@ -109,9 +109,12 @@ async function startSession(token, cached) {
   $('#auth').hidden = true;
   $('#main').hidden = false;
   views.list.renderMe();
+  shownAddress = null;
+  awaited = convOfAddress(); // the address's chat: the page keeps its address meanwhile
   render();
   engine.start();
   window.__im = { store, engine, socket, api }; // for debugging and the browser tests
+  followAddress(); // a chat's address opened before (or while logged out): that chat
 }
 
 function endSession(message) {
@@ -143,6 +146,42 @@ async function logout() {
   leave();
 }
 
+// ---- a chat's address: #/c/<conversation id> --------------------------------------
+// Opening a chat pushes its address, so a reload comes back to it and back / forward
+// move between chats; an address opened while logged out opens its chat after login.
+
+const CHAT_ADDRESS = /^#\/c\/(s:[1-9][0-9]{0,18}:[1-9][0-9]{0,18}|g:[1-9][0-9]{0,18})$/;
+let shownAddress = null; // the address the page shows for store.openId
+let awaited = null; // a chat of the address, waited for (its state comes with a sync)
+
+function convOfAddress() {
+  const m = CHAT_ADDRESS.exec(location.hash);
+  return m ? m[1] : null;
+}
+
+const addressOf = (convId) => (convId ? `#/c/${convId}` : '#/');
+
+function syncAddress() {
+  if (!engine) return;
+  if (awaited && store.openId !== awaited) return; // keep the address until it opens
+  awaited = null;
+  const want = addressOf(store.openId);
+  if (want === shownAddress) return;
+  shownAddress = want;
+  if (location.hash !== want && !(want === '#/' && !location.hash)) history.pushState(null, '', want);
+}
+
+function followAddress() {
+  if (!engine) return;
+  const convId = convOfAddress();
+  shownAddress = addressOf(convId);
+  if (convId === store.openId) return;
+  if (convId) { awaited = convId; openConv(convId, { wait: true }); }
+  else { views.dialogs.panelOpen = false; engine.open(null); }
+}
+
+window.addEventListener('popstate', followAddress);
+
 // ---- views ----------------------------------------------------------------------
 
 function openConv(convId, { wait = false } = {}) {
@@ -153,7 +192,11 @@ function openConv(convId, { wait = false } = {}) {
     const t0 = Date.now();
     const poll = setInterval(() => {
       const c = store.conv(convId, false);
-      if ((c && c.known) || Date.now() - t0 > 5000) { clearInterval(poll); if (c && c.known) openConv(convId); }
+      if ((c && c.known) || Date.now() - t0 > 5000) {
+        clearInterval(poll);
+        if (c && c.known) openConv(convId);
+        else if (awaited === convId) { awaited = null; render(); } // not mine: let the address go
+      }
     }, 100);
     return;
   }
@@ -206,6 +249,7 @@ function makeViews() {
 let scheduled = false;
 function render() {
   if (!views || !store.me) return;
+  syncAddress();
   views.list.renderMe();
   views.list.renderRequests();
   views.list.render();

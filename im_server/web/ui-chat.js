@@ -7,7 +7,8 @@
 // their caption.
 
 import {
-  $, h, avatar, describe, excerpt, fmtDateTime, fmtDay, fmtTime, presenceText, setAttr, setDot, setText, cap,
+  $, h, avatar, describe, excerpt, fmtDateTime, fmtDay, fmtTime, linkify, presenceText, setAttr, setDot, setText,
+  cap,
 } from './dom.js';
 import { Attachments } from './ui-attach.js';
 import { isAttachment } from './uploads.js';
@@ -646,18 +647,18 @@ export class ChatView {
     const key = JSON.stringify([body, [...names]]);
     if (el.dataset.key === key) return;
     el.dataset.key = key;
-    if (!names.size) { el.textContent = body; return; }
+    if (!names.size) { el.replaceChildren(...linkify(body)); return; }
     const parts = [];
     let last = 0;
     for (const hit of body.matchAll(/(^|\s)@([^\s@]+)/gu)) {
       const tok = names.has(hit[2]) ? hit[2] : hit[2].replace(/[.,!?;:)\]]+$/u, '');
       if (!names.has(tok)) continue;
       const at = hit.index + hit[1].length;
-      if (at > last) parts.push(body.slice(last, at));
+      if (at > last) parts.push(...linkify(body.slice(last, at)));
       parts.push(h('span', { class: `mention-token${names.get(tok) ? ' to-me' : ''}` }, `@${tok}`));
       last = at + tok.length + 1;
     }
-    if (last < body.length) parts.push(body.slice(last));
+    if (last < body.length) parts.push(...linkify(body.slice(last)));
     el.replaceChildren(...parts);
   }
 
