@@ -237,11 +237,20 @@ function makeViews() {
     toast,
   });
   $('#logout-btn').addEventListener('click', logout);
+  // Escape closes the innermost open thing only: a dialog (the browser closes it), the
+  // composer's pop-ups and the search (they take the key first), the reaction picker,
+  // the members panel, and only then the chat
   document.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape' && engine && store.openId && !document.querySelector('dialog[open]')) {
-      views.dialogs.panelOpen = false;
-      engine.open(null);
+    if (e.key !== 'Escape' || e.defaultPrevented || !engine) return;
+    if (document.querySelector('dialog[open]')) return;
+    if (v.chat.closePicker()) { e.preventDefault(); return; }
+    if (v.dialogs.panelOpen && store.openId) {
+      e.preventDefault();
+      v.dialogs.panelOpen = false;
+      render();
+      return;
     }
+    if (store.openId) engine.open(null);
   });
   return v;
 }

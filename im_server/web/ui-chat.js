@@ -354,6 +354,14 @@ export class ChatView {
 
   // ---- reactions ------------------------------------------------------------------
 
+  /** Close the reaction picker if one is open; whether one was. */
+  closePicker() {
+    if (!this.pickerFor) return false;
+    this.pickerFor = null;
+    this.render();
+    return true;
+  }
+
   async toggleReaction(c, m, emoji, on) {
     const key = `${c.id}|${m.seq}|${emoji}`;
     if (this.busy.has(key)) return;
