@@ -5,9 +5,26 @@ import { $, h, avatar, cap, fmtDateTime } from './dom.js';
 
 const MUTE_MS = 60 * 60 * 1000; // the member list's "Mute" is for an hour
 
-function parseIds(text) {
-  const ids = String(text || '').split(/[\s,;]+/).filter(Boolean).map((x) => Number(x));
-  if (ids.some((x) => !Number.isInteger(x) || x <= 0)) throw new Error('user ids are positive numbers, e.g. "2, 3"');
+/**
+ * The people a list names: usernames (a friend's is known here; another is looked up,
+ * within the server's look-up limits), or user ids written "#42". Comma or space
+ * separated; each once.
+ */
+async function resolvePeople(store, engine, text) {
+  const ids = [];
+  for (const who of new Set(String(text || '').split(/[\s,;]+/).filter(Boolean))) {
+    if (/^#\d+$/.test(who)) { ids.push(Number(who.slice(1))); continue; }
+    const friend = store.friends.find((f) => f.username.toLowerCase() === who.toLowerCase());
+    if (friend) { ids.push(friend.user_id); continue; }
+    try {
+      ids.push((await engine.lookupUser(who)).user_id);
+    } catch (e) {
+      throw new Error(e.code === 'not_found' ? `No user is called ${who}.`
+        : e.code === 'rate_limited' ? 'Too many look-ups for now; try again later.'
+        : e.code === 'bad_request' ? `No username can be ${who}.` : e.message);
+    }
+  }
+  if (ids.some((x) => !Number.isSafeInteger(x) || x <= 0)) throw new Error('A user id is a positive number, e.g. #42.');
   return [...new Set(ids)];
 }
 
@@ -77,8 +94,8 @@ export class Dialogs {
       type: 'button', class: 'chip', title: `add ${f.username} (#${f.user_id})`,
       onclick: () => {
         const box = $('#group-members');
-        const ids = box.value.split(/[\s,;]+/).filter(Boolean);
-        if (!ids.includes(String(f.user_id))) box.value = [...ids, f.user_id].join(', ');
+        const names = box.value.split(/[\s,;]+/).filter(Boolean);
+        if (!names.includes(f.username)) box.value = [...names, f.username].join(', ');
       },
     }, `+ ${f.username}`));
     $('#group-friends').replaceChildren(...(chips.length ? [h('span', { class: 'muted small' }, 'Friends: '), ...chips] : []));
@@ -92,13 +109,14 @@ export class Dialogs {
     try {
       const name = $('#group-name').value.trim();
       if (!name) throw new Error('Give the group a name.');
-      const ids = parseIds($('#group-members').value).filter((x) => x !== this.store.me.user_id);
+      const ids = (await resolvePeople(this.store, this.engine, $('#group-members').value))
+        .filter((x) => x !== this.store.me.user_id);
       const r = await this.engine.createGroup(name, ids);
       $('#dlg-group').close();
       this.toast(`Group "${name}" created`);
       this.onOpen(r.conv_id, { wait: true });
     } catch (e) {
-      err.textContent = e.code === 'not_found' ? 'One of these user ids does not exist.' : e.message;
+      err.textContent = e.code === 'not_found' ? 'One of these users does not exist.' : e.message;
     }
   }
 
@@ -182,17 +200,20 @@ export class Dialogs {
         e.preventDefault();
         const f = e.target;
         try {
-          const ids = parseIds(f.elements.ids.value);
-          if (!ids.length) throw new Error('Enter at least one user id.');
+          const ids = await resolvePeople(this.store, this.engine, f.elements.ids.value);
+          if (!ids.length) throw new Error('Enter at least one username.');
           const r = await this.engine.api.addMembers(c.groupId, ids, f.elements.history.checked);
           f.reset();
           await this.engine.loadMembers(c).catch(() => {}); // brings the new members' names
           this.toast(r && r.added && r.added.length ? `Added ${r.added.map((u) => this.store.plainName(u)).join(', ')}` : 'Already members');
-        } catch (err) { this.toast(err.code === 'not_found' ? 'Unknown user id.' : err.message); }
+        } catch (err) { this.toast(err.code === 'not_found' ? 'Unknown user.' : err.message); }
       },
     },
     h('div', { class: 'list-title' }, 'Add members'),
-    h('input', { name: 'ids', placeholder: 'user ids: 4, 5', 'data-testid': 'add-member-ids' }),
+    h('input', {
+      name: 'ids', placeholder: 'usernames: ann, bob (or #id)', 'aria-label': 'Usernames to add',
+      autocomplete: 'off', autocapitalize: 'off', spellcheck: 'false', 'data-testid': 'add-member-ids',
+    }),
     h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'history', 'data-testid': 'add-member-history' }), ' share the chat history'),
     h('button', { class: 'btn small primary', 'data-testid': 'add-member-submit' }, 'Add')) : null;
 

@@ -158,7 +158,8 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
 
         await alice.get_by_test_id("new-group-btn").click()
         await alice.get_by_test_id("group-name").fill("Weekend trip")
-        await alice.get_by_test_id("group-members").fill(f"{bob_id}, {carol_id}")
+        # people by username (a friend's, and carol's, who is no friend: looked up)
+        await alice.get_by_test_id("group-members").fill(f"{bob_name}, {carol_name}")
         await shot(alice, shots, "11-alice-new-group")
         await alice.get_by_test_id("group-submit").click()
         await expect(alice.get_by_test_id("chat-title")).to_have_text("Weekend trip")
@@ -196,7 +197,7 @@ async def test_two_people_chat(server: Any, new_page: Any, shots: Path) -> None:
                 f'[data-testid="member"][data-user-id="{alice_id}"] [data-testid="member-role"]'
             )
         ).to_have_text("owner")
-        await alice.get_by_test_id("add-member-ids").fill(str(dave_id))
+        await alice.get_by_test_id("add-member-ids").fill(f"#{dave_id}")  # ids still work
         await alice.get_by_test_id("add-member-history").check()
         await alice.get_by_test_id("add-member-submit").click()
         await expect(alice.get_by_test_id("member")).to_have_count(4)
