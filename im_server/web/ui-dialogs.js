@@ -176,7 +176,7 @@ export class Dialogs {
       return h('li', { class: 'member', 'data-testid': 'member', 'data-user-id': mem.user_id },
         avatar(this.store.plainName(mem.user_id), mem.user_id, 'sm'),
         h('div', { class: 'member-text' },
-          h('div', { class: 'strong', title: this.store.plainName(mem.user_id) }, mem.user_id === me ? `${this.store.me.username} (you)` : this.store.plainName(mem.user_id)),
+          h('div', { class: 'strong', title: this.store.plainName(mem.user_id) }, mem.user_id === me ? `${this.store.me.username || this.store.plainName(me)} (you)` : this.store.plainName(mem.user_id)),
           h('div', { class: 'muted small' },
             h('span', { class: `role role-${mem.role}`, 'data-testid': 'member-role' }, mem.role), ` #${mem.user_id}`,
             muted ? h('span', { class: 'member-muted', 'data-testid': 'member-muted' }, ` · muted until ${fmtDateTime(mem.muted_until)}`) : null)),
