@@ -372,6 +372,7 @@ export class Engine {
         // the members changed: the mention list (and the panel) follow
         if (m.content_type === 'system' && c.members) this.loadMembers(c).catch(() => {});
         this.store.changed('messages', c.id);
+        if (this.onLiveMessage) this.onLiveMessage(c, m);
         return;
       }
       case 'ack': this.outbox.onAck(f); return;

@@ -11,6 +11,7 @@ import { ChatView } from './ui-chat.js';
 import { Dialogs } from './ui-dialogs.js';
 import { SessionsDialog } from './ui-sessions.js';
 import { SearchView } from './ui-search.js';
+import { Notifier } from './notify.js';
 
 const SESSION_KEY = 'im.session';
 const DEVICE_KEY = 'im.device';
@@ -112,6 +113,8 @@ async function startSession(token, cached) {
   shownAddress = null;
   awaited = convOfAddress(); // the address's chat: the page keeps its address meanwhile
   render();
+  engine.onLiveMessage = (c, m) => notifier.message(c, m);
+  renderNotifyButton();
   engine.start();
   window.__im = { store, engine, socket, api }; // for debugging and the browser tests
   followAddress(); // a chat's address opened before (or while logged out): that chat
@@ -145,6 +148,20 @@ async function logout() {
   try { await api.logout(); } catch { /* offline: forget the token anyway */ }
   leave();
 }
+
+// ---- desktop notifications --------------------------------------------------------
+
+const notifier = new Notifier(store, { onOpen: (convId) => openConv(convId) });
+
+function renderNotifyButton() {
+  $('#notify-btn').hidden = notifier.permission !== 'default';
+}
+
+$('#notify-btn').addEventListener('click', async () => {
+  const got = await notifier.enable(); // asked on this click, never on load
+  renderNotifyButton();
+  if (got === 'denied') toast('Notifications are blocked for this site in the browser settings');
+});
 
 // ---- a chat's address: #/c/<conversation id> --------------------------------------
 // Opening a chat pushes its address, so a reload comes back to it and back / forward
