@@ -21,8 +21,16 @@ import orjson
 import pytest
 from aiohttp import web
 
-from im_server.client import ApiError, Client, ServerClient
-from tests.support import ServerProcess, Stores, api_key, befriend, new_user, persisted
+from im_server.client import ApiError, Client, ServerClient, single_conv_id
+from tests.support import (
+    ServerProcess,
+    Stores,
+    api_key,
+    befriend,
+    eventually,
+    new_user,
+    persisted,
+)
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 
@@ -31,6 +39,7 @@ SECRET = "whsec_" + base64.b64encode(b"k" * 32).decode()
 class Hook:
     url: str = ""
     calls: Counter[str] = field(default_factory=Counter)
+    release: asyncio.Event = field(default_factory=asyncio.Event)  # frees "hold" answers
     bodies: list[dict[str, Any]] = field(default_factory=list)
     bad_signatures: int = 0
 
@@ -56,6 +65,9 @@ async def _hook_app(hook: Hook, hang_all: bool = False) -> web.AppRunner:
             return web.json_response({"action": "reject", "reason": "not on this app"})
         if text.startswith("replace"):
             return web.json_response({"action": "replace", "content": {"text": "[removed]"}})
+        if text.startswith("hold"):
+            await hook.release.wait()
+            return web.json_response({"action": "allow"})
         if text.startswith("slow"):
             await asyncio.sleep(float(text.split()[1]))
             return web.json_response({"action": "allow"})
@@ -183,17 +195,23 @@ async def test_no_usable_answer_takes_the_failure_policy(hooked: ServerProcess, 
 
 
 async def test_calls_run_side_by_side(hooked: ServerProcess, hook: Hook) -> None:
-    a, b = await new_user(hooked.url), await new_user(hooked.url)
-    conv = await befriend(a, b)
-    ws = await a.connect()
-    done: list[str] = []
-
-    async def send(text: str, cmid: str) -> None:
-        await ws.send(conv, {"text": text}, client_msg_id=cmid)
-        done.append(cmid)
-
-    await asyncio.gather(send("slow 0.8", "side-slow"), send("quick", "side-quick"))
-    assert done == ["side-quick", "side-slow"]  # the slow answer held only its own send
+    """While the hook holds one user's send, another user's send is answered."""
+    a, b, c = [await new_user(hooked.url) for _ in range(3)]
+    await befriend(a, c)
+    await befriend(b, c)
+    held_ws, quick_ws = await a.connect(), await b.connect()
+    hook.release.clear()
+    held = asyncio.create_task(
+        held_ws.send(single_conv_id(a.user_id, c.user_id), {"text": "hold"}, client_msg_id="held-1")
+    )
+    await eventually(lambda: hook.calls["held-1"] == 1)  # the held call is at the hook
+    ack = await quick_ws.send(
+        single_conv_id(b.user_id, c.user_id), {"text": "quick"}, client_msg_id="quick-1"
+    )
+    assert ack["ok"] is True
+    assert not held.done()  # answered while the other call was still held
+    hook.release.set()
+    assert (await held)["ok"] is True
 
 
 async def test_the_app_servers_sends_and_notices(
