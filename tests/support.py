@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from im_server.bench.cluster import FAST_HASH_ENV as FAST_HASH_ENV
 from im_server.bench.cluster import ServerProcess as ServerProcess
 from im_server.bench.cluster import Stores, pg_dsn
+from im_server.bench.common import make_api_key
 from im_server.client import Client, Connection
 from im_server.client.transport import request_sync
 
@@ -220,12 +221,4 @@ def raw_redis(port: int, *lines: str) -> list[bytes]:
 async def api_key(stores: Stores, scopes: Sequence[str] = ("all",), name: str = "") -> str:
     """A new API key of the app's servers, made in the stores' database as
     ``im-server apikey create`` makes it."""
-    from im_server.config import load_settings
-    from im_server.services import apikeys
-    from im_server.storage.db import create_engine
-
-    db = create_engine(load_settings(database_url=stores.pg.url, db_pool_size=1))
-    try:
-        return await apikeys.create(db, name or f"k{uuid.uuid4().hex[:10]}", list(scopes))
-    finally:
-        await db.dispose()
+    return await make_api_key(stores.pg.url, list(scopes), name)

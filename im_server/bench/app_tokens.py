@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from im_server.bench.cluster import ServerProcess, Stores
-from im_server.bench.common import report, run_with_server
+from im_server.bench.common import make_api_key, report, run_with_server
 from im_server.bench.read_storm import pct
 from im_server.client import ServerClient
 
@@ -159,15 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {"IM_JWT_HS256_SECRET": SECRET, "IM_JWT_PUBLIC_KEYS": str(pem)}
 
     async def with_key(stores: Stores, server: ServerProcess) -> dict[str, Any]:
-        from im_server.config import load_settings
-        from im_server.services import apikeys
-        from im_server.storage.db import create_engine
-
-        db = create_engine(load_settings(database_url=stores.pg.url, db_pool_size=1))
-        try:
-            key = await apikeys.create(db, "bench", ["all"])
-        finally:
-            await db.dispose()
+        key = await make_api_key(stores.pg.url, ["all"], "bench")
         return await bench(stores, server, args, rsa_key, key)
 
     res = run_with_server("im-app-tokens-", with_key, env=env)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from im_server.bench.cluster import ServerProcess, Stores
-from im_server.bench.common import report
+from im_server.bench.common import make_api_key, report
 from im_server.bench.read_storm import pct
 from im_server.bench.stack import BENCH_ENV
 from im_server.client import Client, ServerClient
@@ -80,15 +80,7 @@ async def _load(server: ServerProcess, key: str, senders: int, seconds: float) -
 async def _variant(
     stores: Stores, server: ServerProcess, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from im_server.config import load_settings
-    from im_server.services import apikeys
-    from im_server.storage.db import create_engine
-
-    db = create_engine(load_settings(database_url=stores.pg.url, db_pool_size=1))
-    try:
-        key = await apikeys.create(db, f"bench-{uuid.uuid4().hex[:6]}", ["all"])
-    finally:
-        await db.dispose()
+    key = await make_api_key(stores.pg.url, ["all"])
     return await _load(server, key, args.senders, args.seconds)
 
 

@@ -214,3 +214,19 @@ def pct(values: list[float], p: float) -> float:
     """The ``p``-th percentile of ``values`` (nearest rank)."""
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+async def make_api_key(database_url: str, scopes: list[str], name: str = "") -> str:
+    """An API key made straight in the database, as ``im-server apikey create`` makes it
+    (the benchmarks' and tests' app backends)."""
+    import uuid
+
+    from im_server.config import load_settings
+    from im_server.services import apikeys
+    from im_server.storage.db import create_engine
+
+    db = create_engine(load_settings(database_url=database_url, db_pool_size=1))
+    try:
+        return await apikeys.create(db, name or f"k{uuid.uuid4().hex[:10]}", scopes)
+    finally:
+        await db.dispose()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from im_server.context import Context
-from im_server.errors import ImError, bad_request, not_found
+from im_server.errors import bad_request, not_found
 from im_server.protocol.client_frames import SendFields
 from im_server.protocol.ids import parse_conv_id
 from im_server.protocol.server_frames import AckOk
@@ -58,15 +58,14 @@ async def remove_member(ctx: Context, group_id: int, external_id: str) -> None:
     the senior admin, else the senior member)."""
     (user_id,) = await app_users.user_ids(ctx, [external_id], "external_id")
     owner = await _owner(ctx, group_id)
-    try:
-        if user_id == owner:
-            await groups.do_leave(ctx, user_id, group_id)
-        else:
-            await groups.do_kick(ctx, owner, group_id, user_id)
-    except ImError as e:
-        if e.code == "not_found" and "not a member" in e.message:
-            return  # already out: a DELETE is idempotent
-        raise
+    async with ctx.db.connect() as conn:
+        row = await memberships.member(conn, f"g:{group_id}", user_id)
+    if row is None or not row.active:
+        return  # already out: a DELETE is idempotent
+    if user_id == owner:
+        await groups.do_leave(ctx, user_id, group_id)
+    else:
+        await groups.do_kick(ctx, owner, group_id, user_id)
 
 
 async def befriend(ctx: Context, a: str, b: str) -> str:

@@ -477,3 +477,40 @@ async def test_a_conversations_reads_scan_one_partition(
         scans = await explained(conn, cap)
         assert on_messages(scans) == set(), scans
         assert {r for _t, r, _i in scans} - {""} == {"message_dedupe"}, scans
+
+
+async def test_webhook_rows_come_with_the_batch_once(db: asyncpg.Connection) -> None:
+    """With webhooks registered, the batch's statement writes one outbox row per event
+    and webhook taking its type, in its own commit; a replayed batch writes none."""
+    everything = await db.fetchval(
+        "INSERT INTO webhooks (url, events, secret, created_at) "
+        "VALUES ('http://a/', '{*}', 's', 1) RETURNING webhook_id"
+    )
+    users_only = await db.fetchval(
+        "INSERT INTO webhooks (url, events, secret, created_at) "
+        "VALUES ('http://b/', '{user.created}', 's', 1) RETURNING webhook_id"
+    )
+    try:
+        batch = [msg("s:81:82", q, 81, f"w-{q}", f"t{q}") for q in range(1, 4)]
+        batch.append(
+            NewMessage("s:81:82", 4, 81, "w-4", "recall", orjson.dumps({"seq": 3}).decode(), 1000)
+        )
+        done = await msg_store.persist_batch(db, batch, set(), [])
+        assert done.hooked == 4
+        for _ in range(2):  # replays, the persister's after a crash
+            assert (await msg_store.persist_batch(db, batch, set(), [])).hooked == 0
+        rows = await db.fetch(
+            "SELECT webhook_id, event_key, conv_key, type, data->>'seq' AS seq "
+            "FROM webhook_outbox WHERE conv_key = 's:81:82' ORDER BY delivery_id"
+        )
+        assert [(r["webhook_id"], r["event_key"], r["type"], r["seq"]) for r in rows] == [
+            (everything, "msg_s:81:82_1", "message.created", "1"),
+            (everything, "msg_s:81:82_2", "message.created", "2"),
+            (everything, "msg_s:81:82_3", "message.created", "3"),
+            (everything, "msg_s:81:82_4", "message.recalled", "4"),
+        ]
+        assert users_only not in {r["webhook_id"] for r in rows}
+    finally:
+        await db.execute(
+            "DELETE FROM webhooks WHERE webhook_id = ANY($1)", [everything, users_only]
+        )

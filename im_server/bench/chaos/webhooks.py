@@ -30,10 +30,8 @@ import orjson
 from aiohttp import web
 
 from im_server.bench.cluster import ServerProcess, Stores
+from im_server.bench.common import make_api_key
 from im_server.client import Client, ServerClient
-from im_server.config import load_settings
-from im_server.services import apikeys
-from im_server.storage.db import create_engine
 
 HOOK_ENV = {
     "IM_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -91,11 +89,7 @@ async def run(
     victim = ServerProcess(env=env).start()
     acked: dict[tuple[str, int], float] = {}
     try:
-        db = create_engine(load_settings(database_url=stores.pg.url, db_pool_size=1))
-        try:
-            key = await apikeys.create(db, "chaos", ["all"])
-        finally:
-            await db.dispose()
+        key = await make_api_key(stores.pg.url, ["all"], "chaos")
         async with ServerClient(steady.url, key) as app:
             await app.create_webhook(url, ["message.created"])
             run_id = uuid.uuid4().hex[:6]
