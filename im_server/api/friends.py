@@ -44,6 +44,22 @@ async def accept(request_id: Id, caller: CurrentUser, ctx: Ctx) -> dict[str, Any
     return await contacts.do_accept(ctx, caller.user_id, request_id)
 
 
+@router.post(
+    "/requests/{request_id}/decline",
+    status_code=204,
+    summary="Decline a request to me (its sender is not told)",
+)
+async def decline(request_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
+    await contacts.do_decline(ctx, caller.user_id, request_id)
+    return Response(status_code=204)
+
+
+@router.delete("/requests/{request_id}", status_code=204, summary="Cancel a request I sent")
+async def cancel(request_id: Id, caller: CurrentUser, ctx: Ctx) -> Response:
+    await contacts.do_cancel(ctx, caller.user_id, request_id)
+    return Response(status_code=204)
+
+
 @router.get("", response_model=list[Friend], summary="My friends, without those I removed")
 async def list_friends(caller: CurrentUser, ctx: Ctx) -> list[dict[str, Any]]:
     return await contacts.friends(ctx, caller.user_id)

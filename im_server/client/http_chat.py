@@ -35,6 +35,12 @@ class ChatApi(ClientBase):
         data = await self._obj("POST", f"/v1/friends/requests/{request_id}/accept")
         return str(data["conv_id"])
 
+    async def decline_friend(self, request_id: int) -> None:
+        await self.request("POST", f"/v1/friends/requests/{request_id}/decline")
+
+    async def cancel_friend_request(self, request_id: int) -> None:
+        await self.request("DELETE", f"/v1/friends/requests/{request_id}")
+
     async def friends(self) -> list[JsonObject]:
         return await self._list("GET", "/v1/friends")
 

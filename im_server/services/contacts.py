@@ -70,14 +70,41 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
         req = await contacts.request_by_id(conn, request_id, for_update=True)
         if req is None or req.to_user_id != me:
             raise not_found("no such friend request")
-        if req.status != 0:
+        if req.status == 1:  # accepted already: the same answer again
             return {"conv_id": single_conv_id(req.from_user_id, req.to_user_id)}
+        if req.status != 0:  # declined or cancelled
+            raise not_found("no such friend request")
         if await contacts.blocked_by(conn, me, [req.from_user_id]):
             raise ImError("blocked", "this user has blocked you")
         conv_id = await _accept_txn(conn, req)
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [req.from_user_id, req.to_user_id])
     return {"conv_id": conv_id}
+
+
+async def do_decline(ctx: Context, me: int, request_id: int) -> None:
+    """Decline a request to me: it leaves both lists, and its sender is not told (they
+    may ask again, within the friend-request quota). Declining twice is a no-op; an
+    accepted request cannot be declined (``conflict``)."""
+    async with ctx.db.begin() as conn:
+        req = await contacts.request_by_id(conn, request_id, for_update=True)
+        if req is None or req.to_user_id != me:
+            raise not_found("no such friend request")
+        if req.status == 1:
+            raise ImError("conflict", "this request was accepted")
+        await contacts.close_request(conn, request_id, contacts.DECLINED)
+
+
+async def do_cancel(ctx: Context, me: int, request_id: int) -> None:
+    """Cancel a request I sent: it leaves both lists. Cancelling twice is a no-op; an
+    accepted request cannot be cancelled (``conflict``: remove the friend instead)."""
+    async with ctx.db.begin() as conn:
+        req = await contacts.request_by_id(conn, request_id, for_update=True)
+        if req is None or req.from_user_id != me:
+            raise not_found("no such friend request")
+        if req.status == 1:
+            raise ImError("conflict", "this request was accepted")
+        await contacts.close_request(conn, request_id, contacts.CANCELLED)
 
 
 async def requests(ctx: Context, me: int) -> dict[str, Any]:
@@ -122,7 +149,8 @@ async def do_remove_friend(ctx: Context, me: int, peer: int) -> None:
 
 
 async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
-    """One direction: if I block you, you cannot send to me; I still can send to you."""
+    """One direction: if I block you, you cannot send to me; I still can send to you.
+    Blocking also declines your pending friend request to me."""
     check_user_id(peer)
     if peer == me:
         raise bad_request("you cannot block yourself")
@@ -131,6 +159,7 @@ async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
             if not await accounts.existing_user_ids(conn, [peer]):
                 raise not_found("no such user")
             await contacts.add_block(conn, me, peer)
+            await contacts.decline_from(conn, me, peer)  # their pending request to me goes
         else:
             await contacts.remove_block(conn, me, peer)
     await permissions.permissions_changed(ctx, [single_conv_id(me, peer)])

@@ -72,6 +72,30 @@ async def mark_accepted(conn: AsyncConnection, request_ids: list[int]) -> None:
     )
 
 
+# friend_requests.status: 0 pending, 1 accepted, 2 declined, 3 cancelled (by its sender)
+DECLINED = 2
+CANCELLED = 3
+
+
+async def close_request(conn: AsyncConnection, request_id: int, status: int) -> None:
+    """A pending request declined or cancelled: it leaves both sides' lists."""
+    await conn.execute(
+        text("UPDATE friend_requests SET status = :s WHERE request_id = :r AND status = 0"),
+        {"s": status, "r": request_id},
+    )
+
+
+async def decline_from(conn: AsyncConnection, to_id: int, from_id: int) -> None:
+    """Decline the pending request of ``from_id`` to ``to_id``, if there is one."""
+    await conn.execute(
+        text(
+            "UPDATE friend_requests SET status = 2 "
+            "WHERE from_user_id = :f AND to_user_id = :t AND status = 0"
+        ),
+        {"f": from_id, "t": to_id},
+    )
+
+
 async def pending_for(
     conn: AsyncConnection, user_id: int
 ) -> tuple[list[FriendRequest], list[FriendRequest]]:

@@ -1894,7 +1894,8 @@ def _cases() -> list[Case]:
                 unchanged_in("g"),
             ),
         ]
-    # P, the requester, accepting its own request
+    # P, the requester, accepting or declining its own request; A, its receiver, and the
+    # outsider Z cancelling it; Z declining it
     cs += [
         Case(
             "P",
@@ -1902,7 +1903,35 @@ def _cases() -> list[Case]:
             lambda w: w.P.accept_friend(w.req_id),
             NOT_FOUND,
             request_still_pending,
-        )
+        ),
+        Case(
+            "P",
+            "POST decline own outgoing request",
+            lambda w: w.P.request("POST", f"/v1/friends/requests/{w.req_id}/decline"),
+            NOT_FOUND,
+            request_still_pending,
+        ),
+        Case(
+            "A",
+            "DELETE (cancel) a request to me",
+            lambda w: w.A.request("DELETE", f"/v1/friends/requests/{w.req_id}"),
+            NOT_FOUND,
+            request_still_pending,
+        ),
+        Case(
+            "Z",
+            "DELETE (cancel) P->A request",
+            lambda w: w.Z.request("DELETE", f"/v1/friends/requests/{w.req_id}"),
+            NOT_FOUND,
+            request_still_pending,
+        ),
+        Case(
+            "Z",
+            "POST decline P->A request",
+            lambda w: w.Z.request("POST", f"/v1/friends/requests/{w.req_id}/decline"),
+            NOT_FOUND,
+            request_still_pending,
+        ),
     ]
 
     cs += [
@@ -1972,6 +2001,14 @@ def _cases() -> list[Case]:
             None,
             None,
         ),
+        (
+            "POST decline request",
+            "POST",
+            lambda w: f"/v1/friends/requests/{w.req_id}/decline",
+            None,
+            None,
+        ),
+        ("DELETE request", "DELETE", lambda w: f"/v1/friends/requests/{w.req_id}", None, None),
         ("GET sync", "GET", lambda w: "/v1/sync", None, {"since": 0}),
         ("GET unread", "GET", lambda w: "/v1/unread", None, None),
         ("GET conversations", "GET", lambda w: "/v1/conversations", None, None),
@@ -2032,6 +2069,8 @@ def _cases() -> list[Case]:
         "POST leave G": members_intact,
         "DELETE member G": members_intact,
         "POST accept request": request_still_pending,
+        "POST decline request": request_still_pending,
+        "DELETE request": request_still_pending,
         "PUT push/registration": a_push_intact,
         "DELETE push/registration": a_push_intact,
     }

@@ -361,3 +361,55 @@ async def test_friends_of_the_larger_id_are_found_by_an_index(
         )
     assert "Seq Scan" not in plan, plan
     assert "friendships_b" in plan, plan
+
+
+async def test_decline_and_cancel(alice: Client, bob: Client, carol: Client) -> None:
+    """Declining a request to me, or cancelling one I sent, takes it off both lists and
+    makes nobody friends; doing it twice changes nothing; the sender may ask again; an
+    accepted request can be neither (``conflict``); only the receiver declines and only
+    the sender cancels (404 for anyone else, the request stays)."""
+    bid, cid = int(bob.user_id or 0), int(carol.user_id or 0)  # type: ignore[arg-type]
+    r1 = await alice.request_friend(bid, "hi bob")
+    r2 = await alice.request_friend(cid, "hi carol")
+    for wrong in (
+        alice.decline_friend(r1),  # the sender cannot decline
+        bob.cancel_friend_request(r1),  # the receiver cannot cancel
+        carol.decline_friend(r1),
+        carol.cancel_friend_request(r1),
+    ):
+        assert (await _api_error(wrong)).status == 404
+    assert [r["request_id"] for r in (await bob.friend_requests())["incoming"]] == [r1]
+
+    await bob.decline_friend(r1)
+    await bob.decline_friend(r1)  # twice: no change
+    assert (await bob.friend_requests())["incoming"] == []
+    assert [r["request_id"] for r in (await alice.friend_requests())["outgoing"]] == [r2]
+    assert (await _api_error(bob.accept_friend(r1))).status == 404  # declined: gone
+    assert await alice.friends() == [] and await bob.friends() == []
+
+    await alice.cancel_friend_request(r2)
+    await alice.cancel_friend_request(r2)
+    assert (await carol.friend_requests())["incoming"] == []
+    assert (await alice.friend_requests())["outgoing"] == []
+    assert await carol.friends() == []
+
+    # asking again makes a new pending request, which can be accepted
+    r3 = await alice.request_friend(bid, "again")
+    assert r3 != r1
+    await bob.accept_friend(r3)
+    for late in (bob.decline_friend(r3), alice.cancel_friend_request(r3)):
+        e = await _api_error(late)
+        assert (e.status, e.code) == (409, "conflict")
+    assert [f["user_id"] for f in await alice.friends()] == [bid]
+
+
+async def test_blocking_declines_their_pending_request(alice: Client, bob: Client) -> None:
+    """Blocking someone also declines their pending request to me (my list no longer
+    shows it); they cannot ask again while blocked."""
+    aid = int(alice.user_id or 0)  # type: ignore[arg-type]
+    await bob.request_friend(aid, "hi")
+    await alice.block(int(bob.user_id or 0))  # type: ignore[arg-type]
+    assert (await alice.friend_requests())["incoming"] == []
+    assert (await bob.friend_requests())["outgoing"] == []
+    e = await _api_error(bob.request_friend(aid))
+    assert e.code == "blocked"
