@@ -41,7 +41,13 @@ async def register(body: NewUser, ctx: Ctx, request: Request) -> dict[str, Any]:
 )
 async def login(body: NewSession, ctx: Ctx, request: Request) -> dict[str, Any]:
     return await accounts.do_login(
-        ctx, body.username, body.password, body.device_id, client_host(request)
+        ctx,
+        body.username,
+        body.password,
+        body.device_id,
+        client_host(request),
+        body.device_name,
+        request.headers.get("user-agent"),
     )
 
 

@@ -46,6 +46,10 @@ class SessionToken(Answer):
 
 class SessionInfo(Answer):
     device_id: str
+    label: str = Field(
+        description="the name given at login, or the browser and platform it came from "
+        "('Chrome on Linux'); empty when neither is known"
+    )
     created_at: Timestamp
     last_used_at: Timestamp
     current: bool = Field(description="the session of the token asking")

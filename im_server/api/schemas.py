@@ -55,6 +55,11 @@ class NewSession(BaseModel):
     device_id: str | None = Field(
         None, description="1-64 of [A-Za-z0-9_.:-]; 16 random hex characters if absent"
     )
+    device_name: str | None = Field(
+        None,
+        description="what 'my devices' calls this session (1-64 characters); "
+        "without it, the browser and platform of the User-Agent",
+    )
 
 
 class PasswordChange(BaseModel):

@@ -26,7 +26,7 @@ from im_server.context import Context, Session
 from im_server.context.app_tokens import TOKEN_MAX
 from im_server.errors import ImError, bad_request, check_text, not_found
 from im_server.names import NameRefused, check_display_name, normalize_username, username_key
-from im_server.services import app_signed, login_throttle, quotas
+from im_server.services import app_signed, device_labels, login_throttle, quotas
 from im_server.storage import accounts as store
 from im_server.storage import app_users
 from im_server.storage import webhooks as webhook_store
@@ -162,8 +162,11 @@ async def do_login(
     password: object,
     device_id: object = None,
     client_host: str | None = None,
+    device_name: object = None,
+    user_agent: str | None = None,
 ) -> dict[str, object]:
-    """A token for the device, replacing the device's session. Throttled before any
+    """A token for the device, replacing the device's session, labelled with the name
+    given or the browser and platform of ``user_agent``. Throttled before any
     password is checked; an unknown username is checked against the dummy hash, so it
     is refused exactly like a wrong password, in the same time."""
     if not isinstance(username, str) or not isinstance(password, str):
@@ -172,6 +175,7 @@ async def do_login(
         raise _bad_login()  # no account can have such a password
     check_text(password, "password")
     device = check_device_id(secrets.token_hex(8) if device_id is None else device_id)
+    given_name = device_labels.check_device_name(device_name)
     try:
         name = normalize_username(username)
     except NameRefused:
@@ -189,13 +193,14 @@ async def do_login(
         raise _bad_login()
     await login_throttle.succeeded(ctx, attempt)
     token = secrets.token_urlsafe(32)
+    label = await device_labels.session_label(given_name, user_agent)
     h, now = token_hash(token), now_ms()
     async with ctx.db.begin() as conn:
         if await store.lock_user(conn, user.user_id) != user.password_hash:
             # the password changed while this one was being checked
             raise _bad_login()
         replaced = await store.revoke_device(conn, user.user_id, device, now)
-        await store.create_session(conn, h, user.user_id, device, now)
+        await store.create_session(conn, h, user.user_id, device, now, label=label)
     _revoked(ctx, [r.token_hash for r in replaced])
     metrics.LOGINS.labels("ok").inc()
     return {"token": token, "user_id": user.user_id, "device_id": device}
@@ -292,6 +297,7 @@ async def sessions(ctx: Context, user_id: int, token: str) -> list[dict[str, obj
     return [
         {
             "device_id": r.device_id,
+            "label": r.label,
             "created_at": r.created_at,
             "last_used_at": r.last_used_at,
             "current": r.token_hash == mine,

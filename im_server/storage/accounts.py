@@ -176,6 +176,7 @@ class SessionRow:
     created_at: int
     last_used_at: int
     expires_at: int | None = None
+    label: str = ""
 
 
 _SESSION_COLS = "token_hash, user_id, device_id, created_at, last_used_at, expires_at"
@@ -192,13 +193,14 @@ async def create_session(
     device_id: str,
     now: int,
     expires_at: int | None = None,
+    label: str = "",
 ) -> None:
     await conn.execute(
         text(
             "INSERT INTO sessions (token_hash, user_id, device_id, created_at, last_used_at, "
-            "expires_at) VALUES (:h, :u, :d, :t, :t, :x)"
+            "expires_at, label) VALUES (:h, :u, :d, :t, :t, :x, :l)"
         ),
-        {"h": token_hash, "u": user_id, "d": device_id, "t": now, "x": expires_at},
+        {"h": token_hash, "u": user_id, "d": device_id, "t": now, "x": expires_at, "l": label},
     )
 
 
@@ -258,13 +260,18 @@ async def live_sessions(
 ) -> list[SessionRow]:
     r = await conn.execute(
         text(
-            f"SELECT {_SESSION_COLS} FROM sessions "
+            f"SELECT {_SESSION_COLS}, label FROM sessions "
             f"WHERE user_id = :u AND revoked_at IS NULL AND last_used_at >= :c AND {_UNEXPIRED} "
             "ORDER BY created_at, device_id"
         ),
         {"u": user_id, "c": idle_cutoff, "now": now},
     )
-    return [_session(row) for row in r]
+    out = []
+    for row in r:
+        s = _session(row)
+        s.label = str(row[6])
+        out.append(s)
+    return out
 
 
 async def revoke_session(conn: AsyncConnection, token_hash: bytes, now: int) -> bool:

@@ -67,13 +67,14 @@ export class SessionsDialog {
     return h('li', { class: 'session', 'data-testid': 'session', 'data-device-id': s.device_id, 'data-current': String(!!s.current) },
       h('div', { class: 'member-text' },
         h('div', { class: 'strong session-name' },
-          h('span', { class: 'ellipsis', 'data-testid': 'session-device', title: s.device_id }, s.device_id),
+          h('span', { class: 'ellipsis', 'data-testid': 'session-device', title: `device ${s.device_id}` }, s.label || 'Unknown device'),
           s.current ? h('span', { class: 'pill accent', 'data-testid': 'this-device' }, 'this device') : null),
         h('div', { class: 'muted small', 'data-testid': 'session-times' },
-          active, ' · logged in ', timeEl(s.created_at, fmtDateTime(s.created_at)))),
+          active, ' · logged in ', timeEl(s.created_at, fmtDateTime(s.created_at))),
+        h('div', { class: 'muted small ellipsis', 'data-testid': 'session-id' }, `device ${s.device_id}`)),
       s.current ? null : h('button', {
         type: 'button', class: 'btn small danger', 'data-testid': 'session-logout',
-        'aria-label': `Log out ${s.device_id}`, onclick: (ev) => this.revoke(s.device_id, ev.currentTarget),
+        'aria-label': `Log out ${s.label || 'device'} (device ${s.device_id})`, onclick: (ev) => this.revoke(s.device_id, ev.currentTarget),
       }, 'Log out'));
   }
 

@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,8 @@ async def test_sessions_lists_my_live_devices(url: str) -> None:
         assert set(by_device) == {me.device_id, "phone", "laptop"}, rows
         assert len(rows) == 3
         for r in rows:
-            assert set(r) == {"device_id", "created_at", "last_used_at", "current"}, r
+            assert set(r) == {"device_id", "label", "created_at", "last_used_at", "current"}, r
+            assert isinstance(r["label"], str), r
             assert isinstance(r["created_at"], int) and isinstance(r["last_used_at"], int)
             assert t0 - 5000 <= r["created_at"] <= r["last_used_at"] <= t0 + 60_000, r
         assert [r["device_id"] for r in rows if r["current"]] == ["phone"]
@@ -187,6 +189,50 @@ async def test_device_named_current_is_refused_at_login(url: str) -> None:
             await other.me()
         assert e.value.status == 401
         await other.aclose()
+    finally:
+        await a.aclose()
+
+
+CHROME_WINDOWS = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36"
+)
+
+
+async def _login_raw(
+    url: str, body: dict[str, object], ua: str | None
+) -> tuple[int, dict[str, Any]]:
+    headers = {"User-Agent": ua} if ua is not None else {}
+    pool = HttpPool()
+    try:
+        r = await pool.request("POST", url + "/v1/sessions", json=body, headers=headers)
+        return r.status_code, r.json()
+    finally:
+        await pool.aclose()
+
+
+async def test_sessions_are_labelled_by_name_or_browser(url: str) -> None:
+    """A session's label is the ``device_name`` given at login, else the browser and
+    platform of its User-Agent; a bad name is refused (400) and creates no session; a
+    huge or unknown User-Agent is no error."""
+    a = await new_user(url, "label")
+    creds = {"username": a.username, "password": PASSWORD}
+    try:
+        st, _ = await _login_raw(url, {**creds, "device_id": "pc"}, CHROME_WINDOWS)
+        assert st == 200
+        named = {**creds, "device_id": "tab", "device_name": " My tablet "}
+        st, _ = await _login_raw(url, named, CHROME_WINDOWS)
+        assert st == 200
+        st, _ = await _login_raw(url, {**creds, "device_id": "odd"}, "Mozilla/5.0 (" + "x" * 8_000)
+        assert st == 200
+        for bad in ("", "   ", "n" * 65, "tab\nlet", 5, "a\x00b"):
+            st, ans = await _login_raw(url, {**creds, "device_id": "bad", "device_name": bad}, None)
+            assert (st, ans["error"]["code"]) == (400, "bad_request"), (bad, st, ans)
+        labels = {r["device_id"]: r["label"] for r in await a.sessions()}
+        assert labels["pc"] == "Chrome on Windows", labels
+        assert labels["tab"] == "My tablet", labels
+        assert isinstance(labels["odd"], str) and len(labels["odd"]) <= 64
+        assert "bad" not in labels
     finally:
         await a.aclose()
 
