@@ -30,7 +30,7 @@ def check_device_name(value: object) -> str | None:
 
 
 def label_of(user_agent: str) -> str:
-    """"<browser> on <platform>", either alone when only one is known, or ""."""
+    """The label "<browser> on <platform>", either alone when only one is known, or empty."""
     ua = user_agent[:UA_MAX]
     if not ua.strip():
         return ""
