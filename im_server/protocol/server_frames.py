@@ -151,6 +151,16 @@ class PresencePush(TypedDict):
 
 
 @with_config(_EXACT)
+class ContactsPush(TypedDict):
+    """My friends or my pending friend requests changed (a request came, was accepted,
+    declined or cancelled; a friend was added, removed or blocked): read GET /v1/friends
+    and GET /v1/friends/requests again. It carries nothing else, so it says nothing a
+    read of those lists would not."""
+
+    type: Literal["contacts"]
+
+
+@with_config(_EXACT)
 class ErrorFrame(TypedDict):
     """A frame other than "send" was refused, or failed."""
 
@@ -188,6 +198,7 @@ ServerFrame = Annotated[
     | ReceiptPush
     | TypingPush
     | PresencePush
+    | ContactsPush
     | ErrorFrame
     | Pong
     | Edited,
@@ -203,6 +214,7 @@ AnyServerFrame = (
     | ReceiptPush
     | TypingPush
     | PresencePush
+    | ContactsPush
     | ErrorFrame
     | Pong
     | Edited
@@ -347,6 +359,9 @@ def typing_push(conv_id: str, user_id: int) -> TypingPush:
 
 def presence_push(user_id: int, online: bool, last_seen: int | None) -> PresencePush:
     return {"type": "presence", "user_id": user_id, "online": online, "last_seen": last_seen}
+
+
+CONTACTS: Final = '{"type":"contacts"}'
 
 
 def edited(conv_id: str, seq: int, edit_seq: int | None, edited_at: int | None) -> Edited:

@@ -7,6 +7,7 @@ from typing import Any
 
 from im_server.context import Context
 from im_server.errors import ImError, bad_request, check_text, not_found
+from im_server.protocol import server_frames
 from im_server.protocol.ids import MAX_ID, single_conv_id
 from im_server.services import notify, permissions, quotas, seqs
 from im_server.storage import accounts, contacts, conversations
@@ -17,6 +18,11 @@ def check_user_id(value: object, field: str = "user_id") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
         raise bad_request(f"{field} must be a positive 64-bit integer")
     return value
+
+
+def contacts_changed(ctx: Context, user_ids: list[int]) -> None:
+    """After the commit: the users' devices re-read their friends and requests."""
+    ctx.events.push(sorted(set(user_ids)), server_frames.CONTACTS)
 
 
 async def _accept_txn(conn: Any, req: contacts.FriendRequest) -> str:
@@ -58,6 +64,7 @@ async def do_request_friend(
             request_id = reverse.request_id
         else:
             request_id = await contacts.create_request(conn, me, to, note)
+    contacts_changed(ctx, [me, to])
     if accepted:
         await permissions.permissions_changed(ctx, [accepted])
         await notify.changed(ctx, [me, to])
@@ -79,6 +86,7 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
         conv_id = await _accept_txn(conn, req)
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [req.from_user_id, req.to_user_id])
+    contacts_changed(ctx, [req.from_user_id, req.to_user_id])
     return {"conv_id": conv_id}
 
 
@@ -93,6 +101,7 @@ async def do_decline(ctx: Context, me: int, request_id: int) -> None:
         if req.status == 1:
             raise ImError("conflict", "this request was accepted")
         await contacts.close_request(conn, request_id, contacts.DECLINED)
+    contacts_changed(ctx, [req.from_user_id, me])
 
 
 async def do_cancel(ctx: Context, me: int, request_id: int) -> None:
@@ -105,6 +114,7 @@ async def do_cancel(ctx: Context, me: int, request_id: int) -> None:
         if req.status == 1:
             raise ImError("conflict", "this request was accepted")
         await contacts.close_request(conn, request_id, contacts.CANCELLED)
+    contacts_changed(ctx, [me, req.to_user_id])
 
 
 async def requests(ctx: Context, me: int) -> dict[str, Any]:
@@ -146,6 +156,7 @@ async def do_remove_friend(ctx: Context, me: int, peer: int) -> None:
         await conversations.hide(conn, conv_id, me, end, version)
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [me])
+    contacts_changed(ctx, [me])
 
 
 async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
@@ -163,6 +174,7 @@ async def do_block(ctx: Context, me: int, peer: int, blocked: bool) -> None:
         else:
             await contacts.remove_block(conn, me, peer)
     await permissions.permissions_changed(ctx, [single_conv_id(me, peer)])
+    contacts_changed(ctx, [me, peer] if blocked else [me])
 
 
 async def blocks(ctx: Context, me: int) -> list[int]:
@@ -193,4 +205,5 @@ async def befriend_now(ctx: Context, u1: int, u2: int) -> str:
         await conversations.ensure_single_members(conn, conv_id, a, b, version)
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [u1, u2])
+    contacts_changed(ctx, [u1, u2])
     return conv_id

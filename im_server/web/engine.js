@@ -21,7 +21,8 @@ import { IMAGE_TYPES, Media, imageSize, mimeOf, nameOf, putBytes } from './uploa
 const PAGE = 200;
 const MAX_GAP = 1000;          // beyond this, restart the segment at the newest seqs
 const LONG_POLL_S = 25;
-const REQUESTS_EVERY_MS = 5000;
+const REQUESTS_EVERY_MS = 30000; // a fallback: the contacts frame tells of each change
+const PRESENCE_TEXT_EVERY_MS = 30000; // "last seen 3 min ago" ages on screen
 const ACK_TIMEOUT_MS = 8000;
 const REPORT_DELAY_MS = 150;  // read and delivered reports are sent in batches
 const PRESENCE_BATCH = 200;    // ids per GET /v1/presence
@@ -84,6 +85,7 @@ export class Engine {
     this.requestsTimer = setInterval(() => {
       if (this.store.connection === 'open') this.loadRequests().catch(() => {});
     }, REQUESTS_EVERY_MS);
+    this.presenceTimer = setInterval(() => this.store.changed('presence'), PRESENCE_TEXT_EVERY_MS);
     this.typingTimer = setInterval(() => this.expireTyping(), 1000);
   }
 
@@ -97,6 +99,7 @@ export class Engine {
     window.removeEventListener('focus', this.onVisible);
     this.socket.stop();
     clearInterval(this.requestsTimer);
+    clearInterval(this.presenceTimer);
     clearInterval(this.typingTimer);
     if (this.pollAbort) this.pollAbort.abort();
     this.reports.stop();
@@ -167,13 +170,17 @@ export class Engine {
     let unknownPeer = false;
     for (const st of ans.conversations || []) {
       const c = this.store.conv(st.conv_id);
+      const news = !c.known;
       c.applyState(st);
-      if (c.type === 'single' && !this.store.names.has(c.peerId)) unknownPeer = true;
+      // a single chat new to me, with someone not (yet) among my friends: the friend
+      // list has news too (a request of mine was accepted)
+      if (c.type === 'single' && (!this.store.names.has(c.peerId)
+        || (news && !this.store.friends.some((f) => f.user_id === c.peerId)))) unknownPeer = true;
       this.received(c, st.messages || [], false);
       this.schedulePull(c, 0);
     }
     if (typeof ans.version === 'number') this.store.version = Math.max(this.store.version, ans.version);
-    if (unknownPeer) this.loadFriends().catch(() => {});
+    if (unknownPeer) this.refreshContacts();
     this.store.changed('sync');
   }
 
@@ -413,6 +420,7 @@ export class Engine {
         this.store.changed('presence');
         return;
       }
+      case 'contacts': this.refreshContacts(); return;
       case 'error':
         console.warn('server error frame', f.code, f.message);
         return;
@@ -665,6 +673,38 @@ export class Engine {
     this.store.changed('friends');
     // a new friend: no presence frame tells about it (docs/protocol.md §3), ask
     if (JSON.stringify(friends.map((f) => f.user_id)) !== before) this.loadPresence().catch(() => {});
+  }
+
+  /**
+   * Friends and requests read again (a contacts frame, a single chat new to me). Asked
+   * while a read is on its way, it runs once more after it: the last change is never
+   * missed, and a burst costs two reads.
+   */
+  refreshContacts() {
+    if (this.contactsBusy) { this.contactsAgain = true; return; }
+    this.contactsBusy = true;
+    this.friendsAt = 0;
+    Promise.all([this.loadRequests(), this.loadFriends()]).catch(() => {}).finally(() => {
+      this.contactsBusy = false;
+      if (this.contactsAgain && this.running) { this.contactsAgain = false; this.refreshContacts(); }
+    });
+  }
+
+  async declineRequest(requestId) {
+    await this.api.declineFriend(requestId);
+    await this.loadRequests();
+  }
+
+  async cancelRequest(requestId) {
+    await this.api.cancelFriendRequest(requestId);
+    await this.loadRequests();
+  }
+
+  /** Block a user (their pending request to me is declined with it). */
+  async block(userId) {
+    await this.api.block(userId);
+    this.friendsAt = 0;
+    await Promise.all([this.loadRequests(), this.loadFriends()]);
   }
 
   async loadRequests() {

@@ -50,26 +50,49 @@ export class ListView {
         h('div', { class: 'request-text' },
           h('div', { class: 'strong', 'data-testid': 'request-from', title: `#${r.from_user_id}` }, name),
           h('div', { class: 'muted small ellipsis' }, r.note || 'wants to be your friend')),
-        h('button', {
-          class: 'btn small primary', 'data-testid': 'accept-request',
-          onclick: async (ev) => {
-            ev.target.disabled = true;
-            try {
-              const res = await this.engine.accept(r.request_id);
-              this.toast('Friend added');
-              if (res && res.conv_id) this.onOpen(res.conv_id, { wait: true });
-            } catch (e) {
-              ev.target.disabled = false;
-              this.toast(e.message);
-            }
-          },
-        }, 'Accept')));
+        h('div', { class: 'request-actions' },
+          this.requestButton('primary', 'accept-request', 'Accept', `Accept ${name}'s friend request`, async () => {
+            const res = await this.engine.accept(r.request_id);
+            this.toast('Friend added');
+            if (res && res.conv_id) this.onOpen(res.conv_id, { wait: true });
+          }),
+          this.requestButton('', 'decline-request', 'Decline', `Decline ${name}'s friend request`, async () => {
+            await this.engine.declineRequest(r.request_id);
+            this.toast('Request declined');
+          }),
+          this.requestButton('danger', 'block-requester', 'Block', `Block ${name}`, async () => {
+            if (!confirm(`Block ${name}? They will not be able to message you or ask again.`)) return false;
+            await this.engine.block(r.from_user_id);
+            this.toast(`${name} is blocked`);
+          }))));
     }
     for (const r of outgoing) {
-      rows.push(h('div', { class: 'request outgoing', 'data-testid': 'outgoing-request' },
-        h('div', { class: 'muted small' }, `Request sent to ${this.store.plainName(r.to_user_id)} · waiting`)));
+      const name = this.store.plainName(r.to_user_id);
+      rows.push(h('div', { class: 'request outgoing', 'data-testid': 'outgoing-request', 'data-to': r.to_user_id },
+        h('div', { class: 'muted small request-text' }, `Request sent to ${name} · waiting`),
+        this.requestButton('', 'cancel-request', 'Cancel', `Cancel the friend request to ${name}`, async () => {
+          await this.engine.cancelRequest(r.request_id);
+          this.toast('Request cancelled');
+        })));
     }
     box.replaceChildren(...rows);
+  }
+
+  /** A button of a friend request: disabled while its call runs; an error is a toast. */
+  requestButton(kind, testId, label, ariaLabel, act) {
+    return h('button', {
+      type: 'button', class: `btn small ${kind}`.trim(), 'data-testid': testId, 'aria-label': ariaLabel,
+      onclick: async (ev) => {
+        const btn = ev.currentTarget;
+        btn.disabled = true;
+        try {
+          if (await act() === false) btn.disabled = false; // not confirmed
+        } catch (e) {
+          btn.disabled = false;
+          this.toast(e.message);
+        }
+      },
+    }, label);
   }
 
   /** Friends, online first, each with its dot; a click opens the chat. */

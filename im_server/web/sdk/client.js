@@ -259,6 +259,9 @@ export class ImClient {
             case "presence":
                 this.emit("presence", f);
                 break;
+            case "contacts":
+                this.emit("contacts", f);
+                break;
             case "receipt":
                 this.emit("receipt", f);
                 break;

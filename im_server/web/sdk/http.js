@@ -78,6 +78,10 @@ export class Http {
     requestFriend = (toUserId, note) => this.request("POST", "/v1/friends/requests", { to_user_id: toUserId, note: note ?? "" });
     friendRequests = () => this.request("GET", "/v1/friends/requests");
     acceptFriend = (requestId) => this.request("POST", `/v1/friends/requests/${requestId}/accept`);
+    /** Decline a request to me (its sender is not told). */
+    declineFriend = (requestId) => this.request("POST", `/v1/friends/requests/${requestId}/decline`);
+    /** Cancel a request I sent. */
+    cancelFriendRequest = (requestId) => this.request("DELETE", `/v1/friends/requests/${requestId}`);
     friends = () => this.request("GET", "/v1/friends");
     removeFriend = (userId) => this.request("DELETE", `/v1/friends/${userId}`);
     block = (userId) => this.request("PUT", `/v1/blocks/${userId}`);

@@ -22,6 +22,7 @@ import { type SeqRange, SyncState, type SyncStateSnapshot } from "./syncstate.js
 import type {
   AckOk,
   AckRefused,
+  ContactsPush,
   DeliveredPush,
   Edited,
   ErrorFrame,
@@ -120,6 +121,8 @@ export interface ImEvents {
   delivered: DeliveredPush;
   typing: TypingPush;
   presence: PresencePush;
+  /** my friends or pending friend requests changed: read them again */
+  contacts: ContactsPush;
   receipt: ReceiptPush;
   edited: Edited;
   error: ErrorFrame;
@@ -418,6 +421,9 @@ export class ImClient {
         break;
       case "presence":
         this.emit("presence", f);
+        break;
+      case "contacts":
+        this.emit("contacts", f);
         break;
       case "receipt":
         this.emit("receipt", f);

@@ -158,6 +158,12 @@ export class Http {
   friendRequests = (): Promise<FriendRequests> => this.request("GET", "/v1/friends/requests");
   acceptFriend = (requestId: number): Promise<Conversation> =>
     this.request("POST", `/v1/friends/requests/${requestId}/accept`);
+  /** Decline a request to me (its sender is not told). */
+  declineFriend = (requestId: number): Promise<void> =>
+    this.request("POST", `/v1/friends/requests/${requestId}/decline`);
+  /** Cancel a request I sent. */
+  cancelFriendRequest = (requestId: number): Promise<void> =>
+    this.request("DELETE", `/v1/friends/requests/${requestId}`);
   friends = (): Promise<Friend[]> => this.request("GET", "/v1/friends");
   removeFriend = (userId: number): Promise<void> => this.request("DELETE", `/v1/friends/${userId}`);
   block = (userId: number): Promise<void> => this.request("PUT", `/v1/blocks/${userId}`);

@@ -91,6 +91,11 @@ export interface AckRefused {
   message: string;
 }
 
+/** My friends or my pending friend requests changed (a request came, was accepted, declined or cancelled; a friend was added, removed or blocked): read GET /v1/friends and GET /v1/friends/requests again. It carries nothing else, so it says nothing a read of those lists would not. */
+export interface ContactsPush {
+  type: "contacts";
+}
+
 /** The peer's delivered cursor moved (single chats). */
 export interface DeliveredPush {
   type: "delivered";
@@ -207,7 +212,7 @@ export interface TypingPush {
 export type ClientFrame = SendFrame | ReadFrame | DeliveredFrame | TypingFrame | PingFrame | EditFrame;
 
 /** A frame the server sends. Clients should ignore unknown types. */
-export type ServerFrame = AckOk | AckRefused | MessagePush | ReadPush | DeliveredPush | ReceiptPush | TypingPush | PresencePush | ErrorFrame | Pong | Edited;
+export type ServerFrame = AckOk | AckRefused | MessagePush | ReadPush | DeliveredPush | ReceiptPush | TypingPush | PresencePush | ContactsPush | ErrorFrame | Pong | Edited;
 
 // ---- REST models (components.schemas of the OpenAPI document) ----
 
@@ -445,6 +450,8 @@ export interface NewSession {
   password: string;
   /** 1-64 of [A-Za-z0-9_.:-]; 16 random hex characters if absent */
   device_id?: string | null;
+  /** what 'my devices' calls this session (1-64 characters); without it, the browser and platform of the User-Agent */
+  device_name?: string | null;
 }
 
 export interface NewUser {
@@ -622,6 +629,8 @@ export interface ServerMessage {
 
 export interface SessionInfo {
   device_id: string;
+  /** the name given at login, or the browser and platform it came from ('Chrome on Linux'); empty when neither is known */
+  label: string;
   /** must be milliseconds since the Unix epoch */
   created_at: number;
   /** must be milliseconds since the Unix epoch */
