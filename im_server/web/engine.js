@@ -67,6 +67,9 @@ export class Engine {
       this.store.changed('connection');
     };
     this.onVisible = () => this.readOpen();
+    // the highest seq on screen in the open chat (Infinity: the newest is in view; 0:
+    // nothing yet); the chat view sets it: only what was on screen is ever marked read
+    this.seenUpTo = () => 0;
     store.fetchUser = (id) => api.user(id); // names the store does not know yet
     this.media = new Media(api);   // download links of pictures and files
   }
@@ -320,15 +323,22 @@ export class Engine {
     this.reports.delivered(c.id, c.maxHeld);
   }
 
-  /** Report read for the open conversation when the page is visible. */
+  /**
+   * Report read for the open conversation, up to what is on screen, when the page is
+   * visible and its window focused: a message scrolled past unseen, or one that came
+   * while the reader was in another window, stays unread.
+   */
   readOpen() {
     const c = this.store.open;
-    if (!c || document.visibilityState !== 'visible') return;
+    if (!c || document.visibilityState !== 'visible' || !document.hasFocus()) return;
+    const onScreen = this.seenUpTo(c);
+    if (!onScreen) return;
     if (!c.hasUnreadFromOthers()) {
-      if (c.unreadBase) { c.unreadBase = 0; this.store.changed('read', c.id); }
+      if (c.unreadBase && onScreen === Infinity) { c.unreadBase = 0; this.store.changed('read', c.id); }
       return;
     }
-    const seq = Math.max(c.maxHeld, c.maxSeq);
+    const seq = Math.min(Math.max(c.maxHeld, c.maxSeq), onScreen);
+    if (seq <= c.readSeq) return;
     if (!c.markRead(seq)) { c.unreadBase = 0; }
     this.reportRead(c, seq);
     this.store.changed('read', c.id);

@@ -107,6 +107,7 @@ async function startSession(token, cached) {
   socket.addEventListener('unauthorized', () => endSession(LOGGED_OUT));
   api.onUnauthorized = () => endSession(LOGGED_OUT);
   if (!views) views = makeViews();
+  engine.seenUpTo = (c) => views.chat.seenUpTo(c); // only what is on screen is marked read
   $('#auth').hidden = true;
   $('#main').hidden = false;
   views.list.renderMe();

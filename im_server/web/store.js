@@ -42,6 +42,7 @@ export class Conv {
     this.unreadBase = 0;       // the server's unread count as of baseMax
     this.mentionBase = 0;      // of those, the ones that mention me (or all)
     this.baseMax = 0;
+    this.baseRead = 0;         // the server's read cursor behind unreadBase
     this.peerReadSeq = 0;
     this.peerDeliveredSeq = 0;
     this.lastMessage = null;
@@ -70,6 +71,7 @@ export class Conv {
     this.readSeq = Math.max(this.readSeq, st.read_seq || 0);
     this.unreadBase = st.unread || 0;
     this.mentionBase = st.mention_unread || 0;
+    this.baseRead = st.read_seq || 0;
     // a read report of mine still on its way: the server's count is already stale
     if (localRead > (st.read_seq || 0) && localRead >= (st.max_seq || 0)) { this.unreadBase = 0; this.mentionBase = 0; }
     this.baseMax = Math.max(st.max_seq || 0, this.readSeq);
@@ -207,9 +209,22 @@ export class Conv {
     return this.seg.gap(this.newest);
   }
 
+  /**
+   * Of the server's count, the held messages (matching ``pred``) read here since: a read
+   * up to what was on screen, short of the newest, lowers the count before the server's
+   * next state does.
+   */
+  readSinceBase(pred) {
+    if (this.readSeq <= this.baseRead) return 0;
+    const hi = Math.min(this.readSeq, this.baseMax);
+    let n = 0;
+    for (const m of this.msgs.values()) if (m.seq > this.baseRead && m.seq <= hi && pred(m)) n += 1;
+    return n;
+  }
+
   get unread() {
     const cut = Math.max(this.baseMax, this.readSeq);
-    let n = this.unreadBase;
+    let n = Math.max(0, this.unreadBase - this.readSinceBase((m) => m.sender_id !== this.meId && COUNTABLE(m)));
     for (const m of this.msgs.values()) {
       if (m.seq > cut && m.sender_id !== this.meId && COUNTABLE(m)) n += 1;
     }
@@ -224,7 +239,7 @@ export class Conv {
 
   get mentionUnread() {
     const cut = Math.max(this.baseMax, this.readSeq);
-    let n = this.mentionBase;
+    let n = Math.max(0, this.mentionBase - this.readSinceBase((m) => this.mentionsMe(m)));
     for (const m of this.msgs.values()) if (m.seq > cut && this.mentionsMe(m)) n += 1;
     return n;
   }

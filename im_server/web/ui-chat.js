@@ -19,6 +19,10 @@ const PICKER = ['👍', '❤️', '😂', '😮', '😢', '🎉', '🙏', '👀'
 const MENTION_TOKEN = /(^|\s)@([^\s@]{0,32})$/u;
 const MAX_OPTIONS = 8;
 const STATUS_TEXT = { uploading: 'Uploading…', sending: 'Sending…', sent: 'Sent', delivered: 'Delivered', read: 'Read', failed: 'Not sent' };
+const AT_BOTTOM_PX = 8;      // closer to the end than this: the newest is on screen
+const ROW_SEEN_PX = 40;      // a row counts as on screen once this much of it shows
+const JUMP_SHOWN_PX = 300;   // scrolled up more than this: the jump button shows
+const REVEAL_UNREAD_MAX = 500; // opened with up to this many unread: older pages are loaded down to the first
 const STATUS_ICON = { uploading: '↑', sending: '◷', sent: '✓', delivered: '✓✓', read: '✓✓', failed: '!' };
 
 export class ChatView {
@@ -39,6 +43,10 @@ export class ChatView {
     this.busy = new Set();    // reaction toggles in flight
     this.focus = null;        // {convId, seq}: a message to scroll to once its row is there
     this.focusTimer = null;
+    this.dividerAfter = null; // the read cursor when the chat was opened with unread: "New messages" below it
+    this.toDivider = false;   // scroll the divider to the top once it is rendered
+    this.jumpBtn = $('#jump-latest');
+    this.jumpBtn.addEventListener('click', () => this.jumpToLatest());
     this.pop = $('#mention-pop');
     this.attach = new Attachments(engine, toast);
     this.wireFiles();
@@ -82,7 +90,16 @@ export class ChatView {
     this.input.addEventListener('blur', () => setTimeout(() => {
       if (document.activeElement !== this.input) this.closeMention();
     }, 150));
-    this.scroller.addEventListener('scroll', () => this.maybeLoadOlder());
+    this.scroller.addEventListener('scroll', () => {
+      this.maybeLoadOlder();
+      if (this.scrollQueued) return;
+      this.scrollQueued = true;
+      requestAnimationFrame(() => {
+        this.scrollQueued = false;
+        this.engine.readOpen();
+        this.renderJump();
+      });
+    });
     setInterval(() => { if (this.store.open) this.render(); }, 15000); // recall buttons expire
   }
 
@@ -418,7 +435,12 @@ export class ChatView {
       this.convId = c.id;
       this.rows.clear();
       this.timelineEl.replaceChildren();
-      this.stick = true;
+      // opened with unread messages: at the first of them, under a "New messages" line
+      this.dividerAfter = c.hasUnreadFromOthers() ? c.readSeq : null;
+      this.revealing = false;
+      this.toDivider = this.dividerAfter != null;
+      this.stick = !this.toDivider;
+      if (this.toDivider) this.revealFirstUnread(c);
       this.input.value = '';
       this.ctx = null;
       this.picks.clear();
@@ -428,6 +450,8 @@ export class ChatView {
     }
     this.renderHeader(c);
     this.renderTimeline(c);
+    this.renderJump();
+    if (switched) queueMicrotask(() => this.engine.readOpen()); // what the new chat shows
     this.renderTyping(c);
     this.renderContext();
     // an open "@" list follows members and names that arrive meanwhile
@@ -497,6 +521,7 @@ export class ChatView {
 
   items(c) {
     const out = [];
+    let divider = this.dividerAfter != null;
     let lastDay = null;
     let prev = null;
     for (const m of c.timeline()) {
@@ -512,6 +537,11 @@ export class ChatView {
         out.push({ kind: 'system', key: `sys:${m.seq}`, m });
         prev = null;
         continue;
+      }
+      if (divider && m.seq > this.dividerAfter && m.sender_id !== this.store.me.user_id) {
+        out.push({ kind: 'new', key: 'new-divider' });
+        divider = false;
+        prev = null;
       }
       const first = !prev || prev.sender_id !== m.sender_id || (t - (prev.server_time || prev.created)) > 5 * 60000;
       out.push({ kind: 'msg', key: `msg:${m.sender_id}:${m.client_msg_id}`, m, first });
@@ -561,12 +591,80 @@ export class ChatView {
     setAttr(older, 'data-state', state);
     setText(older, state === 'loading' ? 'Loading older messages…' : state === 'end' ? (items.length ? 'Beginning of the conversation' : '') : '');
 
-    if (stick) sc.scrollTop = sc.scrollHeight;
+    const line = this.toDivider && !this.revealing && this.rows.get('new-divider');
+    if (line) {
+      sc.scrollTop = Math.max(0, line.offsetTop - 8);
+      this.toDivider = false;
+    } else if (stick) sc.scrollTop = sc.scrollHeight;
     else if (anchor && anchor.isConnected) sc.scrollTop += anchor.offsetTop - anchorTop;
     this.showFocus(c);
   }
 
+  /**
+   * The highest seq on screen in this chat, for marking read: Infinity at the end (the
+   * newest, and notices after it, are in view), else the last row with at least
+   * ROW_SEEN_PX of it in view; 0 while another chat (or none) is rendered.
+   */
+  seenUpTo(c) {
+    // not this chat, or still going to its first unread: nothing counts as seen yet
+    if (this.convId !== c.id || $('#chat-view').hidden || this.toDivider || this.revealing) return 0;
+    const sc = this.scroller;
+    if (!this.timelineEl.firstElementChild) return 0;
+    if (sc.scrollHeight - sc.scrollTop - sc.clientHeight <= AT_BOTTOM_PX) return Infinity;
+    const bottom = sc.scrollTop + sc.clientHeight;
+    let best = 0;
+    for (const el of this.timelineEl.children) {
+      if (el.offsetTop + Math.min(el.offsetHeight, ROW_SEEN_PX) > bottom) break;
+      const seq = Number(el.dataset.seq);
+      if (seq > best) best = seq;
+    }
+    return best;
+  }
+
+  /** Load older pages down to the first unread message, then place it under the line. */
+  async revealFirstUnread(c) {
+    const first = this.dividerAfter + 1;
+    this.revealing = true;
+    try {
+      if (c.unread <= REVEAL_UNREAD_MAX) await this.engine.reveal(c, first);
+    } catch { /* offline: the line goes where the held messages allow */ }
+    if (this.store.open === c && this.dividerAfter === first - 1) {
+      this.revealing = false;
+      this.render();
+      this.toDivider = false; // placed, or not to be had: reading may start
+      this.engine.readOpen();
+      this.renderJump();
+    }
+  }
+
+  /** The button to the newest message: shown while scrolled up, with the unread count. */
+  renderJump() {
+    const c = this.store.open;
+    const sc = this.scroller;
+    const away = sc.scrollHeight - sc.scrollTop - sc.clientHeight;
+    const n = c ? c.unread : 0;
+    const show = !!c && away > AT_BOTTOM_PX && (n > 0 || away > JUMP_SHOWN_PX);
+    this.jumpBtn.hidden = !show;
+    if (!show) return;
+    const above = $('#chat-view').getBoundingClientRect().bottom - sc.getBoundingClientRect().bottom;
+    this.jumpBtn.style.bottom = `${Math.round(above) + 12}px`; // just above the list's end
+    setText(this.jumpBtn.querySelector('.jump-count'), n > 0 ? `${n > 99 ? '99+' : n} new` : '');
+    setAttr(this.jumpBtn, 'aria-label', n > 0 ? `${n} new message${n === 1 ? '' : 's'}: jump to the latest` : 'Jump to the latest message');
+    setAttr(this.jumpBtn, 'data-count', String(n));
+  }
+
+  jumpToLatest() {
+    this.toDivider = false;
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.engine.readOpen();
+    this.renderJump();
+    this.input.focus();
+  }
+
   build(it) {
+    if (it.kind === 'new') {
+      return h('div', { class: 'new-divider', 'data-testid': 'new-divider', role: 'separator' }, h('span', {}, 'New messages'));
+    }
     if (it.kind === 'day') return h('div', { class: 'day', 'data-testid': 'day' }, h('span', {}, it.text));
     if (it.kind === 'system') {
       return h('div', { class: 'notice', 'data-testid': 'system-message', 'data-seq': it.m.seq }, h('span'));
