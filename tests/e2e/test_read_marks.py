@@ -67,9 +67,7 @@ async def test_only_what_was_on_screen_is_read(
         assert 10 < seen < 50, f"read up to {seen}: only rows on screen count"
         jump = page.get_by_test_id("jump-latest")
         await expect(jump).to_be_visible()
-        await expect(jump.get_by_test_id("jump-count")).to_have_text(
-            re.compile(r"^\d+ new$")
-        )
+        await expect(jump.get_by_test_id("jump-count")).to_have_text(re.compile(r"^\d+ new$"))
         await shot(page, shots, f"61-new-messages-{size[0]}")
 
         # the button jumps to the latest: everything is read
