@@ -3,7 +3,7 @@
 // previews, the peer's online dot in single chats, pinned first and a muted icon (a muted
 // conversation's count is dimmed; its "@" still shows).
 
-import { $, h, avatar, describe, fmtListTime, presenceText, setDot, setText, cap } from './dom.js';
+import { $, h, avatar, describe, fmtListTime, presenceText, setAttr, setDot, setText, cap } from './dom.js';
 
 export class ListView {
   constructor(store, engine, { onOpen, toast }) {
@@ -148,7 +148,7 @@ export class ListView {
   }
 
   build(c) {
-    const li = h('li', { class: 'conv', 'data-testid': 'conv-item', 'data-conv-id': c.id, tabindex: '0', role: 'button' },
+    const li = h('li', { class: 'conv', 'data-testid': 'conv-item', 'data-conv-id': c.id, tabindex: '0', role: 'option', 'aria-selected': 'false' },
       h('div', { class: 'conv-avatar' }),
       h('div', { class: 'conv-main' },
         h('div', { class: 'conv-top' },
@@ -162,7 +162,9 @@ export class ListView {
           h('span', { class: 'badge', 'data-testid': 'unread-badge', hidden: true }))));
     li.dot = h('span', { class: 'presence-dot', 'data-testid': 'presence-dot', hidden: true });
     li.addEventListener('click', () => this.onOpen(c.id));
-    li.addEventListener('keydown', (e) => { if (e.key === 'Enter') this.onOpen(c.id); });
+    li.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); this.onOpen(c.id); }
+    });
     return li;
   }
 
@@ -170,6 +172,7 @@ export class ListView {
     const s = this.store;
     const title = s.title(c);
     li.classList.toggle('active', s.openId === c.id);
+    setAttr(li, 'aria-selected', String(s.openId === c.id));
     li.classList.toggle('inactive', c.type === 'group' && !c.active);
     const av = li.querySelector('.conv-avatar');
     const key = `${title}|${c.type}`;

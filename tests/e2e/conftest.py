@@ -130,3 +130,34 @@ async def new_page(browser: Any) -> AsyncIterator[NewPage]:
     for ctx in contexts:
         await ctx.close()
     assert not problems, "errors in the web client:\n" + "\n".join(problems)
+
+
+AXE_DIR = Path(__file__).resolve().parent / "axe"
+AXE_JS = AXE_DIR / "node_modules" / "axe-core" / "axe.min.js"
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core's script, installed from npm (``tests/e2e/axe/package-lock.json``) with
+    the test extras' Node on first use; a lock keeps parallel workers from installing it
+    twice at once."""
+    import fcntl
+    import subprocess
+
+    from tests.sdk.test_typescript_sdk import node_for_tests
+
+    with open(AXE_DIR / "package.json", "rb") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if not AXE_JS.exists():
+            _, npm, env = node_for_tests()
+            proc = subprocess.run(
+                [*npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"],
+                cwd=AXE_DIR,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert proc.returncode == 0, f"npm ci of axe-core failed:\n{proc.stdout}\n{proc.stderr}"
+    return AXE_JS.read_text(encoding="utf-8")
