@@ -47,6 +47,12 @@ export class ChatView {
     this.toDivider = false;   // scroll the divider to the top once it is rendered
     this.jumpBtn = $('#jump-latest');
     this.jumpBtn.addEventListener('click', () => this.jumpToLatest());
+    this.tabStop = null;      // the message row that Tab reaches in the list
+    this.timelineEl.addEventListener('keydown', (e) => this.onTimelineKey(e));
+    this.timelineEl.addEventListener('focusin', (e) => {
+      const row = e.target instanceof HTMLElement && e.target.closest('.msg');
+      if (row) { this.moveTabStop(row); this.tabStopChosen = true; }
+    });
     this.pop = $('#mention-pop');
     this.attach = new Attachments(engine, toast);
     this.wireFiles();
@@ -374,9 +380,39 @@ export class ChatView {
   /** Close the reaction picker if one is open; whether one was. */
   closePicker() {
     if (!this.pickerFor) return false;
+    const row = this.rows.get(this.pickerFor);
     this.pickerFor = null;
     this.render();
+    // the keyboard goes back to where the picker was opened from
+    const back = row && row.querySelector('[data-testid="react-btn"]');
+    if (back) {
+      row.focus(); // the row's actions show while it has the focus: the button can take it
+      back.focus();
+    }
     return true;
+  }
+
+  /**
+   * The keyboard in the message list: one message row is the list's tab stop (the last
+   * one focused, else the newest); Up, Down, Home and End move between rows, Tab goes on
+   * into the focused row's actions (shown while it has focus).
+   */
+  onTimelineKey(e) {
+    const row = e.target;
+    if (!(row instanceof HTMLElement) || !row.classList.contains('msg')) return;
+    const rows = [...this.timelineEl.querySelectorAll(':scope > .msg')];
+    const i = rows.indexOf(row);
+    const to = { ArrowUp: i - 1, ArrowDown: i + 1, Home: 0, End: rows.length - 1 }[e.key];
+    if (to === undefined || !rows[to]) return;
+    e.preventDefault();
+    this.moveTabStop(rows[to]);
+    rows[to].focus();
+  }
+
+  moveTabStop(row) {
+    if (this.tabStop && this.tabStop !== row) this.tabStop.tabIndex = -1;
+    this.tabStop = row;
+    row.tabIndex = 0;
   }
 
   async toggleReaction(c, m, emoji, on) {
@@ -436,6 +472,8 @@ export class ChatView {
       this.rows.clear();
       this.timelineEl.replaceChildren();
       // opened with unread messages: at the first of them, under a "New messages" line
+      this.tabStop = null;
+      this.tabStopChosen = false;
       this.dividerAfter = c.hasUnreadFromOthers() ? c.readSeq : null;
       this.revealing = false;
       this.toDivider = this.dividerAfter != null;
@@ -591,6 +629,11 @@ export class ChatView {
     setAttr(older, 'data-state', state);
     setText(older, state === 'loading' ? 'Loading older messages…' : state === 'end' ? (items.length ? 'Beginning of the conversation' : '') : '');
 
+    // the list's tab stop: the row last focused while it is there, else the newest
+    if (!this.tabStop || !this.tabStop.isConnected || !this.tabStopChosen) {
+      const rows = this.timelineEl.querySelectorAll(':scope > .msg');
+      if (rows.length) this.moveTabStop(rows[rows.length - 1]);
+    }
     const line = this.toDivider && !this.revealing && this.rows.get('new-divider');
     if (line) {
       sc.scrollTop = Math.max(0, line.offsetTop - 8);
@@ -669,7 +712,7 @@ export class ChatView {
     if (it.kind === 'system') {
       return h('div', { class: 'notice', 'data-testid': 'system-message', 'data-seq': it.m.seq }, h('span'));
     }
-    const row = h('div', { class: 'msg', 'data-testid': 'message' },
+    const row = h('div', { class: 'msg', 'data-testid': 'message', tabindex: '-1' },
       h('div', { class: 'sender', 'data-testid': 'message-sender' }),
       h('div', { class: 'bubble-wrap' },
         h('div', { class: 'bubble' },
@@ -712,7 +755,10 @@ export class ChatView {
             this.pickerFor = this.pickerFor === key ? null : key;
             this.render();
             const picker = e.target.closest('.msg').querySelector('.picker');
-            if (!picker.hidden) picker.scrollIntoView({ block: 'nearest' });
+            if (!picker.hidden) {
+              picker.scrollIntoView({ block: 'nearest' });
+              if (e.detail === 0) picker.querySelector('button').focus(); // opened by the keyboard
+            }
           },
         }, '☺+');
       case 'edit':
@@ -869,7 +915,13 @@ export class ChatView {
     if (open && !picker.childElementCount) {
       picker.replaceChildren(...PICKER.map((emoji) => h('button', {
         type: 'button', class: 'picker-emoji', 'data-testid': 'picker-emoji', 'data-emoji': emoji, title: emoji,
-        onclick: () => { this.pickerFor = null; this.render(); this.toggleReaction(c, m, emoji, true); },
+        onclick: (e) => {
+          const keyboard = e.detail === 0;
+          this.pickerFor = null;
+          this.render();
+          if (keyboard) el.focus(); // the keyboard goes back to the message
+          this.toggleReaction(c, m, emoji, true);
+        },
       }, emoji)));
     } else if (!open && picker.childElementCount) {
       picker.replaceChildren();
