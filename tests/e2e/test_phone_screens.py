@@ -93,7 +93,9 @@ async def test_every_screen_fits_360_px(server: Any, new_page: Any, shots: Path)
         await page.set_viewport_size({"width": WIDTH, "height": KEYBOARD_UP_HEIGHT})
         box = await composer.bounding_box()
         assert box is not None and box["y"] >= 0, box
-        assert box["y"] + box["height"] <= KEYBOARD_UP_HEIGHT, f"the composer is under the keyboard: {box}"
+        assert box["y"] + box["height"] <= KEYBOARD_UP_HEIGHT, (
+            f"the composer is under the keyboard: {box}"
+        )
         await expect(page.get_by_test_id("chat-title")).to_be_in_viewport()
         await check(page, "chat under the keyboard", problems)
         await shot(page, shots, "phone-360-keyboard")
