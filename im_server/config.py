@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     run_pusher: bool = True
     # False: pushes carry no content and no sender name (the phone shows a generic text)
     push_include_content: bool = True
+    # Web Push (browsers with no tab open): the gateway's app id for them and its VAPID
+    # public key (base64url, the "Application Server Key"); GET /v1/push/config hands
+    # both to the web client. The private key stays with the gateway.
+    webpush_app_id: str | None = None
+    webpush_vapid_public_key: str | None = None
     # messages (and badge rows) claimed per round, and gateway calls in flight at once
     push_batch: int = 200
     push_concurrency: int = 16
@@ -315,6 +320,22 @@ class Settings(BaseSettings):
     def _positive_seconds(cls, v: float) -> float:
         if not v > 0:
             raise ValueError("must be > 0")
+        return v
+
+    @field_validator("webpush_vapid_public_key")
+    @classmethod
+    def _vapid_key(cls, v: str | None) -> str | None:
+        """An uncompressed P-256 point, base64url: what pushManager.subscribe takes."""
+        if not v:
+            return None
+        import base64
+
+        try:
+            raw = base64.urlsafe_b64decode(v + "=" * (-len(v) % 4))
+        except ValueError:
+            raw = b""
+        if len(raw) != 65 or raw[0] != 4:
+            raise ValueError("IM_WEBPUSH_VAPID_PUBLIC_KEY: a base64url P-256 public key (65 bytes)")
         return v
 
     @field_validator("database_url")

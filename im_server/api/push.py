@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 
 from im_server.api.deps import ERRORS, Ctx, CurrentUser
 from im_server.api.parsing import StrictJsonRoute
-from im_server.api.responses import PushRegistration
+from im_server.api.responses import PushConfig, PushRegistration
 from im_server.api.schemas import PushRegistrationBody
 from im_server.services import push_registrations
 
@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1/push", tags=["push"], responses=ERRORS, route_cla
 )
 async def put_registration(body: PushRegistrationBody, caller: CurrentUser, ctx: Ctx) -> Response:
     await push_registrations.do_register(
-        ctx, caller.token, body.app_id, body.pushkey, body.platform
+        ctx, caller.token, body.app_id, body.pushkey, body.platform, body.data
     )
     return Response(status_code=204)
 
@@ -36,6 +36,16 @@ async def put_registration(body: PushRegistrationBody, caller: CurrentUser, ctx:
 async def delete_registration(caller: CurrentUser, ctx: Ctx) -> Response:
     await push_registrations.do_unregister(ctx, caller.token)
     return Response(status_code=204)
+
+
+@router.get(
+    "/config",
+    response_model=PushConfig,
+    response_model_exclude_none=True,
+    summary="What a browser needs to subscribe to Web Push ({} when it is not configured)",
+)
+async def push_config(caller: CurrentUser, ctx: Ctx) -> dict[str, Any]:
+    return push_registrations.push_config(ctx)
 
 
 @router.get(

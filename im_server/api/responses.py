@@ -8,7 +8,7 @@ its route drops it with ``response_model_exclude_none``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -281,8 +281,24 @@ class Presence(Answer):
 class PushRegistration(Answer):
     app_id: str
     pushkey: str
-    platform: Literal["apns", "fcm"]
+    platform: Literal["apns", "fcm", "webpush"]
     device_id: str = Field(description="the device of the session the registration is tied to")
+    data: dict[str, Any] = Field(
+        description="what the gateway gets as devices[].data ({} but for webpush)"
+    )
+
+
+class WebPushConfig(Answer):
+    app_id: str
+    vapid_public_key: str = Field(
+        description="base64url: pushManager.subscribe's applicationServerKey"
+    )
+
+
+class PushConfig(Answer):
+    webpush: WebPushConfig | None = Field(
+        None, description="absent when Web Push is not configured"
+    )
 
 
 # -- uploads --------------------------------------------------------------------------------

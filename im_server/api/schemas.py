@@ -9,7 +9,7 @@ answer them with specific messages."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 from pydantic.config import JsonDict
@@ -147,10 +147,15 @@ class PushRegistrationBody(BaseModel):
     )
     app_id: str = Field(description="1-64 characters of [A-Za-z0-9._-] (reverse DNS style)")
     pushkey: str = Field(
-        description="1-512 printable ASCII characters: the APNs device token (hex) or the "
-        "FCM registration token"
+        description="1-512 printable ASCII characters: the APNs device token (hex), the "
+        "FCM registration token, or a Web Push subscription's keys.p256dh"
     )
-    platform: Literal["apns", "fcm"]
+    platform: Literal["apns", "fcm", "webpush"]
+    data: dict[str, Any] | None = Field(
+        None,
+        description="webpush only, and required there: {endpoint, auth} of the subscription "
+        "(optional events_only, default_payload); at most 1 KiB as JSON",
+    )
 
 
 class UploadBody(BaseModel):

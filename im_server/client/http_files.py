@@ -15,10 +15,19 @@ UPLOAD_CHUNK = 256 * 1024  # bytes read and sent at a time by upload_file
 
 
 class FilesApi(ClientBase):
-    async def register_push(self, app_id: str, pushkey: str, platform: str) -> None:
-        """Tie a push registration to this session (replacing its registration)."""
-        body = {"app_id": app_id, "pushkey": pushkey, "platform": platform}
+    async def register_push(
+        self, app_id: str, pushkey: str, platform: str, data: dict[str, Any] | None = None
+    ) -> None:
+        """Tie a push registration to this session (replacing its registration); ``data``
+        for Web Push: the subscription's ``{endpoint, auth}``."""
+        body: dict[str, Any] = {"app_id": app_id, "pushkey": pushkey, "platform": platform}
+        if data is not None:
+            body["data"] = data
         await self.request("PUT", "/v1/push/registration", json=body)
+
+    async def push_config(self) -> dict[str, Any]:
+        """What a browser needs to subscribe to Web Push ({} when not configured)."""
+        return dict(await self.request("GET", "/v1/push/config"))
 
     async def unregister_push(self) -> None:
         """Remove this session's push registration (204 when it had none)."""

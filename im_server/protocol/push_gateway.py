@@ -60,8 +60,8 @@ NOTIFY_ANSWER: Final = TypeAdapter(NotifyAnswer)
 NOTIFY_REQUEST: Final = TypeAdapter(NotifyRequest)
 
 
-def device(app_id: str, pushkey: str) -> PushDevice:
-    return {"app_id": app_id, "pushkey": pushkey, "data": {}}
+def device(app_id: str, pushkey: str, data: dict[str, JsonValue] | None = None) -> PushDevice:
+    return {"app_id": app_id, "pushkey": pushkey, "data": data or {}}
 
 
 def message_notification(

@@ -57,7 +57,7 @@ class Outgoing:
 
 
 def _devices(regs: Sequence[Registration], connected: Collection[str]) -> list[PushDevice]:
-    return [device(r.app_id, r.pushkey) for r in regs if r.device_id not in connected]
+    return [device(r.app_id, r.pushkey, r.data) for r in regs if r.device_id not in connected]
 
 
 class Tail:

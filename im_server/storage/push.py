@@ -7,8 +7,10 @@ read here (``idle_cutoff``, the rule of the token check) until it is pruned."""
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -20,8 +22,9 @@ class Registration:
 
     app_id: str
     pushkey: str
-    platform: str  # "apns" | "fcm"
+    platform: str  # "apns" | "fcm" | "webpush"
     device_id: str
+    data: dict[str, Any] = field(default_factory=dict)  # the gateway's devices[].data
 
 
 class PutResult(enum.Enum):
@@ -40,6 +43,7 @@ async def put(
     pushkey: str,
     platform: str,
     *,
+    data: dict[str, Any] | None = None,
     idle_cutoff: int,
     limit: int,
     now: int,
@@ -104,11 +108,11 @@ async def put(
     await conn.execute(
         text(
             "INSERT INTO push_registrations "
-            "(token_hash, user_id, device_id, app_id, pushkey, platform, created_at) "
-            "VALUES (:h, :u, :d, :a, :k, :p, :t) "
+            "(token_hash, user_id, device_id, app_id, pushkey, platform, data, created_at) "
+            "VALUES (:h, :u, :d, :a, :k, :p, CAST(:j AS jsonb), :t) "
             "ON CONFLICT (token_hash) DO UPDATE SET app_id = EXCLUDED.app_id, "
             "pushkey = EXCLUDED.pushkey, platform = EXCLUDED.platform, "
-            "created_at = EXCLUDED.created_at"
+            "data = EXCLUDED.data, created_at = EXCLUDED.created_at"
         ),
         {
             "h": token_hash,
@@ -117,6 +121,7 @@ async def put(
             "a": app_id,
             "k": pushkey,
             "p": platform,
+            "j": json.dumps(data or {}),
             "t": now,
         },
     )
@@ -148,13 +153,13 @@ async def of_user(conn: AsyncConnection, user_id: int, idle_cutoff: int) -> list
     """The user's registrations of live sessions, oldest first."""
     r = await conn.execute(
         text(
-            "SELECT p.app_id, p.pushkey, p.platform, p.device_id FROM push_registrations p "
+            "SELECT p.app_id, p.pushkey, p.platform, p.device_id, p.data FROM push_registrations p "
             f"JOIN sessions s ON s.token_hash = p.token_hash WHERE p.user_id = :u AND {_LIVE} "
             "ORDER BY p.created_at, p.device_id"
         ),
         {"u": user_id, "c": idle_cutoff},
     )
-    return [Registration(str(a), str(k), str(p), str(d)) for a, k, p, d in r]
+    return [Registration(str(a), str(k), str(p), str(d), dict(j or {})) for a, k, p, d, j in r]
 
 
 async def registrations_of(
@@ -169,14 +174,16 @@ async def registrations_of(
         return out
     r = await conn.execute(
         text(
-            "SELECT p.user_id, p.app_id, p.pushkey, p.platform, p.device_id "
+            "SELECT p.user_id, p.app_id, p.pushkey, p.platform, p.device_id, p.data "
             "FROM push_registrations p JOIN sessions s ON s.token_hash = p.token_hash "
             f"WHERE p.user_id = ANY(:us) AND {_LIVE} ORDER BY p.user_id, p.created_at"
         ),
         {"us": list(user_ids), "c": idle_cutoff},
     )
-    for u, a, k, p, d in r:
-        out.setdefault(int(u), []).append(Registration(str(a), str(k), str(p), str(d)))
+    for u, a, k, p, d, j in r:
+        out.setdefault(int(u), []).append(
+            Registration(str(a), str(k), str(p), str(d), dict(j or {}))
+        )
     return out
 
 

@@ -2051,6 +2051,7 @@ def _cases() -> list[Case]:
         ),
         ("DELETE push/registration", "DELETE", lambda w: "/v1/push/registration", None, None),
         ("GET push/registrations", "GET", lambda w: "/v1/push/registrations", None, None),
+        ("GET push/config", "GET", lambda w: "/v1/push/config", None, None),
         (
             "POST uploads",
             "POST",

@@ -135,6 +135,28 @@ async def test_a_message_is_pushed_to_the_offline_device_in_the_gateway_format(
     assert gateway.invalid == 0
 
 
+async def test_a_browser_subscription_reaches_the_gateway_with_its_data(
+    users: list[Client], pushing: ServerProcess, gateway: RecordingGateway
+) -> None:
+    """Web Push: the registration's data (the subscription's endpoint and auth) is what
+    the gateway gets as the device's data, which its Web Push sender needs."""
+    a, b, conv = await pair(users, pushing)
+    browser = await Client.login(b.base_url, b.username or "", PASSWORD, device_id="browser")
+    users.append(browser)
+    key = "B" + secrets.token_urlsafe(64)[:86]
+    data = {
+        "endpoint": "https://push.example.net/s/" + secrets.token_hex(8),
+        "auth": "k8JV6sjdbhAi-n3NdbKeKQ",
+    }
+    await browser.register_push("com.example.im.web", key, "webpush", data)
+    ack = await a.send_rest(conv, "hello browser")
+    [r] = await arrivals(gateway, key, 1)
+    assert r.notification["event_id"] == f"{conv}/{ack['seq']}"
+    assert r.notification["devices"] == [
+        {"app_id": "com.example.im.web", "pushkey": key, "data": data}
+    ]
+
+
 async def device_connected(stores: Stores, c: Client, device: str) -> bool:
     """Whether the presence registry lists ``device`` of ``c`` as connected somewhere."""
     async with rds(stores) as r:

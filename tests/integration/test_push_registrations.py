@@ -38,8 +38,20 @@ async def login(url: str, c: Client, device_id: str | None = None) -> Client:
     return await Client.login(url, c.username or "", PASSWORD, device_id=device_id)
 
 
-def reg(app_id: str, pushkey: str, platform: str, device_id: str | None) -> dict[str, Any]:
-    return {"app_id": app_id, "pushkey": pushkey, "platform": platform, "device_id": device_id}
+def reg(
+    app_id: str,
+    pushkey: str,
+    platform: str,
+    device_id: str | None,
+    data: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "app_id": app_id,
+        "pushkey": pushkey,
+        "platform": platform,
+        "device_id": device_id,
+        "data": data or {},
+    }
 
 
 async def rows_of_token(stores: Stores, user_id: int | None) -> list[tuple[str, str]]:
@@ -325,6 +337,32 @@ async def test_at_most_the_limit_per_user(url: str) -> None:
             await c.aclose()
 
 
+WEB = "com.example.im.web"
+ENDPOINT = "https://push.example.net/send/abcDEF123"
+AUTH = "k8JV6sjdbhAi-n3NdbKeKQ"
+P256DH = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+WEB_DATA = {"endpoint": ENDPOINT, "auth": AUTH, "events_only": True}
+
+
+async def test_webpush_registration(url: str) -> None:
+    """A browser's subscription: the p256dh key as the pushkey, endpoint and auth (and the
+    gateway's events_only) as data, listed back as given; GET /v1/push/config is {}
+    without Web Push configured."""
+    me = await new_user(url, "webpush")
+    try:
+        assert await me.push_config() == {}
+        await me.register_push(WEB, P256DH, "webpush", WEB_DATA)
+        assert await me.push_registrations() == [
+            reg(WEB, P256DH, "webpush", me.device_id, WEB_DATA)
+        ]
+        # the same session moving to a phone's APNs token: its data goes with it
+        await me.register_push(APP, apns_key(), "apns")
+        [r] = await me.push_registrations()
+        assert (r["platform"], r["data"]) == ("apns", {})
+    finally:
+        await me.aclose()
+
+
 BAD_BODIES: list[tuple[Any, int]] = [
     ({"app_id": "", "pushkey": "ab", "platform": "apns"}, 400),
     ({"app_id": "a" * 65, "pushkey": "ab", "platform": "apns"}, 400),
@@ -342,6 +380,71 @@ BAD_BODIES: list[tuple[Any, int]] = [
     ({"app_id": APP, "pushkey": "ab", "platform": None}, 400),
     ({"app_id": 5, "pushkey": "ab", "platform": "apns"}, 400),
     ({"app_id": APP, "pushkey": ["ab"], "platform": "apns"}, 400),
+    # Web Push: its subscription's endpoint and auth are required, for it alone
+    ({"app_id": WEB, "pushkey": P256DH, "platform": "webpush"}, 400),
+    ({"app_id": WEB, "pushkey": P256DH, "platform": "webpush", "data": {}}, 400),
+    (
+        {"app_id": WEB, "pushkey": P256DH, "platform": "webpush", "data": {"endpoint": ENDPOINT}},
+        400,
+    ),
+    ({"app_id": WEB, "pushkey": P256DH, "platform": "webpush", "data": {"auth": AUTH}}, 400),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": "http://push.example/x", "auth": AUTH},
+        },
+        400,
+    ),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": ENDPOINT + " x", "auth": AUTH},
+        },
+        400,
+    ),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": ENDPOINT, "auth": "not base64!"},
+        },
+        400,
+    ),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": ENDPOINT, "auth": AUTH, "url": "https://elsewhere"},
+        },
+        400,
+    ),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": ENDPOINT, "auth": AUTH, "events_only": "yes"},
+        },
+        400,
+    ),
+    (
+        {
+            "app_id": WEB,
+            "pushkey": P256DH,
+            "platform": "webpush",
+            "data": {"endpoint": ENDPOINT, "auth": AUTH, "default_payload": {"x": "y" * 1100}},
+        },
+        400,
+    ),
+    ({"app_id": APP, "pushkey": "ab", "platform": "apns", "data": {"auth": AUTH}}, 400),
+    ({"app_id": APP, "pushkey": "ab", "platform": "fcm", "data": {}}, 400),
+    ({"app_id": WEB, "pushkey": P256DH, "platform": "webpush", "data": [ENDPOINT]}, 400),
     ({"app_id": APP, "pushkey": "ab"}, 422),
     ({"pushkey": "ab", "platform": "apns"}, 422),
     ([APP], 422),
