@@ -116,6 +116,7 @@ async function startSession(token, cached) {
   render();
   engine.onLiveMessage = (c, m) => notifier.message(c, m);
   renderNotifyButton();
+  if (notifier.permission === 'granted') subscribePush();
   engine.start();
   window.__im = { store, engine, socket, api }; // for debugging and the browser tests
   followAddress(); // a chat's address opened before (or while logged out): that chat
@@ -162,7 +163,14 @@ $('#notify-btn').addEventListener('click', async () => {
   const got = await notifier.enable(); // asked on this click, never on load
   renderNotifyButton();
   if (got === 'denied') toast('Notifications are blocked for this site in the browser settings');
+  if (got === 'granted') subscribePush();
 });
+
+/** Web Push for this session, when allowed and configured (again at each start: a
+ * subscription the browser renewed is registered anew). */
+function subscribePush() {
+  notifier.subscribePush(api).catch((e) => console.info('Web Push not available:', e && e.message));
+}
 
 // ---- a chat's address: #/c/<conversation id> --------------------------------------
 // Opening a chat pushes its address, so a reload comes back to it and back / forward

@@ -2,12 +2,18 @@
 // (another chat open, or the window not focused or hidden), with the sender and a
 // preview; none for a muted chat unless the message mentions me. Permission is asked
 // only from a click on "Enable notifications", never on load. A click on a notification
-// focuses the window on that chat. (The page title keeps its badge either way.)
+// focuses the window on that chat. (The page title keeps its badge either way.) With
+// no tab open, Web Push shows the same notification from the service worker (sw.js).
 
 import { COUNTABLE } from './store.js';
 import { describe, excerpt } from './dom.js';
 
 const supported = () => typeof window.Notification === 'function';
+
+function fromBase64Url(text) {
+  const b64 = text.replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - (text.length % 4)) % 4);
+  return Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+}
 
 export class Notifier {
   constructor(store, { onOpen }) {
@@ -24,6 +30,31 @@ export class Notifier {
   async enable() {
     if (!supported()) return 'unsupported';
     return window.Notification.requestPermission();
+  }
+
+  /**
+   * Web Push, for when no tab is open: the service worker (``sw.js``) and this
+   * session's subscription, registered with the server as the contract's ``webpush``
+   * platform (the p256dh key as the pushkey; endpoint and auth as data; the gateway's
+   * ``events_only``, so no badge-only push ever reaches the browser). Nothing when the
+   * browser, the permission or the server's configuration says no; true when done.
+   */
+  async subscribePush(api) {
+    if (this.permission !== 'granted' || !('serviceWorker' in navigator) || !('PushManager' in window)) return false;
+    const cfg = await api.pushConfig();
+    const web = cfg && cfg.webpush;
+    if (!web) return false;
+    const reg = await navigator.serviceWorker.register('/sw.js');
+    let sub = await reg.pushManager.getSubscription();
+    if (!sub) {
+      sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: fromBase64Url(web.vapid_public_key) });
+    }
+    const { endpoint, keys } = sub.toJSON();
+    await api.registerPush({
+      app_id: web.app_id, pushkey: keys.p256dh, platform: 'webpush',
+      data: { endpoint, auth: keys.auth, events_only: true },
+    });
+    return true;
   }
 
   /** A message that just came over the socket. */

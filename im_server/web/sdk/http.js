@@ -87,6 +87,11 @@ export class Http {
     block = (userId) => this.request("PUT", `/v1/blocks/${userId}`);
     unblock = (userId) => this.request("DELETE", `/v1/blocks/${userId}`);
     presence = (userIds) => this.request("GET", "/v1/presence", undefined, { user_ids: userIds.join(",") });
+    // push: a browser's Web Push subscription is registered like a phone's token
+    pushConfig = () => this.request("GET", "/v1/push/config");
+    registerPush = (body) => this.request("PUT", "/v1/push/registration", body);
+    unregisterPush = () => this.request("DELETE", "/v1/push/registration");
+    pushRegistrations = () => this.request("GET", "/v1/push/registrations");
     // groups
     createGroup = (name, memberIds) => this.request("POST", "/v1/groups", { name, member_ids: memberIds });
     addMembers = (groupId, userIds, withHistory = false) => this.request("POST", `/v1/groups/${groupId}/members`, {

@@ -19,6 +19,9 @@ import type {
   HistoryPage,
   MembersAdded,
   Presence,
+  PushConfig,
+  PushRegistration,
+  PushRegistrationBody,
   PublicUser,
   ReadResult,
   Receipts,
@@ -170,6 +173,13 @@ export class Http {
   unblock = (userId: number): Promise<void> => this.request("DELETE", `/v1/blocks/${userId}`);
   presence = (userIds: number[]): Promise<Presence[]> =>
     this.request("GET", "/v1/presence", undefined, { user_ids: userIds.join(",") });
+
+  // push: a browser's Web Push subscription is registered like a phone's token
+  pushConfig = (): Promise<PushConfig> => this.request("GET", "/v1/push/config");
+  registerPush = (body: PushRegistrationBody): Promise<void> =>
+    this.request("PUT", "/v1/push/registration", body);
+  unregisterPush = (): Promise<void> => this.request("DELETE", "/v1/push/registration");
+  pushRegistrations = (): Promise<PushRegistration[]> => this.request("GET", "/v1/push/registrations");
 
   // groups
   createGroup = (name: string, memberIds: number[]): Promise<GroupCreated> =>

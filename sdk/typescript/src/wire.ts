@@ -494,21 +494,30 @@ export interface PublicUser {
   kind?: "user" | "bot";
 }
 
+export interface PushConfig {
+  /** absent when Web Push is not configured */
+  webpush?: WebPushConfig | null;
+}
+
 export interface PushRegistration {
   app_id: string;
   pushkey: string;
-  platform: "apns" | "fcm";
+  platform: "apns" | "fcm" | "webpush";
   /** the device of the session the registration is tied to */
   device_id: string;
+  /** what the gateway gets as devices[].data ({} but for webpush) */
+  data: Record<string, unknown>;
 }
 
 /** Where to push for this session's device (a Matrix push-gateway pusher's keys). */
 export interface PushRegistrationBody {
   /** 1-64 characters of [A-Za-z0-9._-] (reverse DNS style) */
   app_id: string;
-  /** 1-512 printable ASCII characters: the APNs device token (hex) or the FCM registration token */
+  /** 1-512 printable ASCII characters: the APNs device token (hex), the FCM registration token, or a Web Push subscription's keys.p256dh */
   pushkey: string;
-  platform: "apns" | "fcm";
+  platform: "apns" | "fcm" | "webpush";
+  /** webpush only, and required there: {endpoint, auth} of the subscription (optional events_only, default_payload); at most 1 KiB as JSON */
+  data?: Record<string, unknown> | null;
 }
 
 export interface ReadBody {
@@ -823,6 +832,12 @@ export interface ValidationError {
   type: string;
   input?: unknown;
   ctx?: Record<string, unknown>;
+}
+
+export interface WebPushConfig {
+  app_id: string;
+  /** base64url: pushManager.subscribe's applicationServerKey */
+  vapid_public_key: string;
 }
 
 export interface WebhookCreated {

@@ -1,0 +1,190 @@
+"""Web Push, with no tab open: the page registers its service worker and its push
+subscription with the server as the contract's ``webpush`` platform (the VAPID key
+from GET /v1/push/config; endpoint and auth as data); a message that comes while no tab
+is open reaches the gateway with that data; the payload a gateway's Web Push sender
+makes of it (Sygnal's webpush pushkin: the notification's fields, flattened counts),
+delivered to the service worker, shows the same notification as the page: the sender,
+a preview, the chat to open on a click.
+
+Headless Chromium has no push service: ``pushManager.subscribe`` is replaced by one
+that answers a fixed subscription (and records the key it was given), and the push is
+delivered to the service worker through the DevTools protocol
+(``ServiceWorker.deliverPushMessage``), as the browser's push service would."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from playwright.async_api import expect  # in the test extras
+
+from im_server.bench.push_gateway import RecordingGateway
+from im_server.client import Client
+from tests.e2e.conftest import watch
+from tests.e2e.pages import log_in, uname
+from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually
+
+pytestmark = pytest.mark.timeout(240)
+expect.set_options(timeout=10_000)
+
+WEB_APP = "com.example.im.web"
+ENDPOINT = "https://push.example.net/send/e2e-subscription"
+P256DH = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+AUTH = "k8JV6sjdbhAi-n3NdbKeKQ"
+
+# the browser's push service, as far as the page can tell
+FAKE_SUBSCRIPTION = f"""
+window.__subscribedWith = null;
+const sub = {{
+  endpoint: {json.dumps(ENDPOINT)},
+  options: {{}},
+  toJSON() {{ return {{endpoint: this.endpoint, keys: {{p256dh: {json.dumps(P256DH)}, auth: {json.dumps(AUTH)}}}}}; }},
+  unsubscribe: async () => true,
+}};
+let subscribed = false;
+PushManager.prototype.subscribe = async function (opts) {{
+  const key = new Uint8Array(opts.applicationServerKey);
+  window.__subscribedWith = btoa(String.fromCharCode(...key))
+    .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '');
+  subscribed = true;
+  return sub;
+}};
+PushManager.prototype.getSubscription = async function () {{ return subscribed ? sub : null; }};
+"""
+
+
+def vapid_public_key() -> str:
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+    )
+    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
+
+
+VAPID = vapid_public_key()
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[RecordingGateway]:
+    gw = RecordingGateway().start()
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="module")
+def webpush_server(
+    tmp_path_factory: pytest.TempPathFactory, gateway: RecordingGateway
+) -> Iterator[ServerProcess]:
+    """A server on stores of its own, with a push gateway and Web Push configured."""
+    stores = Stores.start(tmp_path_factory.mktemp("webpush-stores"))
+    srv = ServerProcess(
+        env={
+            **stores.env(),
+            "IM_PUSH_GATEWAY_URL": gateway.url,
+            "IM_PUSH_POLL_SECONDS": "0.2",
+            "IM_WEBPUSH_APP_ID": WEB_APP,
+            "IM_WEBPUSH_VAPID_PUBLIC_KEY": VAPID,
+        }
+    ).start()
+    yield srv
+    srv.terminate()
+    stores.stop()
+
+
+def sygnal_payload(n: dict[str, Any]) -> dict[str, Any]:
+    """What a gateway's Web Push sender sends the browser for a notification (Sygnal's
+    webpush pushkin: these fields when present, the counts flattened, the content)."""
+    keys = ("room_id", "room_name", "event_id", "sender", "sender_display_name", "type")
+    out: dict[str, Any] = {k: n[k] for k in keys if n.get(k)}
+    out.update(n.get("counts") or {})
+    if isinstance(n.get("content"), dict):
+        out["content"] = n["content"]
+    return out
+
+
+async def test_web_push_with_no_tab_open(
+    browser: Any, webpush_server: ServerProcess, gateway: RecordingGateway, shots: Path
+) -> None:
+    url = webpush_server.url
+    alice = uname("alice")
+    a = await Client.register(url, alice, PASSWORD)
+    b = await Client.register(url, uname("bob"), PASSWORD)
+    conv = await befriend(a, b)
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        await ctx.grant_permissions(["notifications"], origin=url)
+        await ctx.add_init_script(FAKE_SUBSCRIPTION)
+        page = await ctx.new_page()
+        problems: list[str] = []
+        watch(page, "alice", problems)
+        await log_in(page, alice, url=url)
+
+        # the subscription, with the server's VAPID key, registered as webpush
+        async def registered() -> list[dict[str, Any]]:
+            return [r for r in await a.push_registrations() if r["platform"] == "webpush"]
+
+        [reg] = await eventually(registered, timeout=15)
+        assert reg["app_id"] == WEB_APP and reg["pushkey"] == P256DH
+        assert reg["data"] == {"endpoint": ENDPOINT, "auth": AUTH, "events_only": True}
+        assert await page.evaluate("window.__subscribedWith") == VAPID
+        await expect(page.get_by_test_id("notify-btn")).to_be_hidden()  # allowed already
+
+        # no tab open: the message goes to the gateway, with the subscription's data
+        await page.close()
+        await asyncio.sleep(0.5)
+        ack = await b.send_rest(conv, "are you there? no tab is open")
+        [got] = await eventually(lambda: gateway.for_keys([P256DH]), timeout=15)
+        n = got.notification
+        assert n["event_id"] == f"{conv}/{ack['seq']}"
+        assert n["devices"] == [{"app_id": WEB_APP, "pushkey": P256DH, "data": reg["data"]}]
+
+        # the browser's push service hands the payload to the service worker
+        blank = await ctx.new_page()
+        cdp = await ctx.new_cdp_session(blank)
+        regs: dict[str, str] = {}
+        cdp.on(
+            "ServiceWorker.workerRegistrationUpdated",
+            lambda e: regs.update({r["scopeURL"]: r["registrationId"] for r in e["registrations"]}),
+        )
+        await cdp.send("ServiceWorker.enable")
+        scope = url + "/"
+        await eventually(lambda: scope in regs, timeout=10)
+        await cdp.send(
+            "ServiceWorker.deliverPushMessage",
+            {
+                "origin": url,
+                "registrationId": regs[scope],
+                "data": json.dumps(sygnal_payload(n)),
+            },
+        )
+
+        async def shown() -> list[dict[str, Any]]:
+            for w in ctx.service_workers:
+                if w.url.endswith("/sw.js"):
+                    got: list[dict[str, Any]] = await w.evaluate(
+                        "self.registration.getNotifications().then(ns => ns.map("
+                        "n => ({title: n.title, body: n.body, tag: n.tag, data: n.data})))"
+                    )
+                    return got
+            return []
+
+        [note] = await eventually(shown, timeout=10)
+        assert note == {
+            "title": b.username,
+            "body": "are you there? no tab is open",
+            "tag": f"{conv}/{ack['seq']}",
+            "data": {"conv_id": conv},
+        }
+        assert not problems, "errors in the web client:\n" + "\n".join(problems)
+    finally:
+        await ctx.close()
+        for c in (a, b):
+            await c.aclose()
