@@ -12,6 +12,8 @@ import {
 } from './dom.js';
 import { Attachments } from './ui-attach.js';
 import { isAttachment } from './uploads.js';
+import { lastSeenSeq, showJump } from './ui-reading.js';
+import { RowFocus } from './ui-rowfocus.js';
 
 const RECALL_WINDOW_MS = 120000;
 const EDIT_WINDOW_MS = 48 * 3600 * 1000;  // the server's default IM_EDIT_WINDOW_SECONDS
@@ -19,9 +21,6 @@ const PICKER = ['👍', '❤️', '😂', '😮', '😢', '🎉', '🙏', '👀'
 const MENTION_TOKEN = /(^|\s)@([^\s@]{0,32})$/u;
 const MAX_OPTIONS = 8;
 const STATUS_TEXT = { uploading: 'Uploading…', sending: 'Sending…', sent: 'Sent', delivered: 'Delivered', read: 'Read', failed: 'Not sent' };
-const AT_BOTTOM_PX = 8;      // closer to the end than this: the newest is on screen
-const ROW_SEEN_PX = 40;      // a row counts as on screen once this much of it shows
-const JUMP_SHOWN_PX = 300;   // scrolled up more than this: the jump button shows
 const REVEAL_UNREAD_MAX = 500; // opened with up to this many unread: older pages are loaded down to the first
 const STATUS_ICON = { uploading: '↑', sending: '◷', sent: '✓', delivered: '✓✓', read: '✓✓', failed: '!' };
 
@@ -47,12 +46,7 @@ export class ChatView {
     this.toDivider = false;   // scroll the divider to the top once it is rendered
     this.jumpBtn = $('#jump-latest');
     this.jumpBtn.addEventListener('click', () => this.jumpToLatest());
-    this.tabStop = null;      // the message row that Tab reaches in the list
-    this.timelineEl.addEventListener('keydown', (e) => this.onTimelineKey(e));
-    this.timelineEl.addEventListener('focusin', (e) => {
-      const row = e.target instanceof HTMLElement && e.target.closest('.msg');
-      if (row) { this.moveTabStop(row); this.tabStopChosen = true; }
-    });
+    this.rowFocus = new RowFocus(this.timelineEl); // the keyboard in the message list
     this.pop = $('#mention-pop');
     this.attach = new Attachments(engine, toast);
     this.wireFiles();
@@ -392,29 +386,6 @@ export class ChatView {
     return true;
   }
 
-  /**
-   * The keyboard in the message list: one message row is the list's tab stop (the last
-   * one focused, else the newest); Up, Down, Home and End move between rows, Tab goes on
-   * into the focused row's actions (shown while it has focus).
-   */
-  onTimelineKey(e) {
-    const row = e.target;
-    if (!(row instanceof HTMLElement) || !row.classList.contains('msg')) return;
-    const rows = [...this.timelineEl.querySelectorAll(':scope > .msg')];
-    const i = rows.indexOf(row);
-    const to = { ArrowUp: i - 1, ArrowDown: i + 1, Home: 0, End: rows.length - 1 }[e.key];
-    if (to === undefined || !rows[to]) return;
-    e.preventDefault();
-    this.moveTabStop(rows[to]);
-    rows[to].focus();
-  }
-
-  moveTabStop(row) {
-    if (this.tabStop && this.tabStop !== row) this.tabStop.tabIndex = -1;
-    this.tabStop = row;
-    row.tabIndex = 0;
-  }
-
   async toggleReaction(c, m, emoji, on) {
     const key = `${c.id}|${m.seq}|${emoji}`;
     if (this.busy.has(key)) return;
@@ -472,8 +443,7 @@ export class ChatView {
       this.rows.clear();
       this.timelineEl.replaceChildren();
       // opened with unread messages: at the first of them, under a "New messages" line
-      this.tabStop = null;
-      this.tabStopChosen = false;
+      this.rowFocus.reset();
       this.dividerAfter = c.hasUnreadFromOthers() ? c.readSeq : null;
       this.revealing = false;
       this.toDivider = this.dividerAfter != null;
@@ -629,11 +599,7 @@ export class ChatView {
     setAttr(older, 'data-state', state);
     setText(older, state === 'loading' ? 'Loading older messages…' : state === 'end' ? (items.length ? 'Beginning of the conversation' : '') : '');
 
-    // the list's tab stop: the row last focused while it is there, else the newest
-    if (!this.tabStop || !this.tabStop.isConnected || !this.tabStopChosen) {
-      const rows = this.timelineEl.querySelectorAll(':scope > .msg');
-      if (rows.length) this.moveTabStop(rows[rows.length - 1]);
-    }
+    this.rowFocus.rendered();
     const line = this.toDivider && !this.revealing && this.rows.get('new-divider');
     if (line) {
       sc.scrollTop = Math.max(0, line.offsetTop - 8);
@@ -643,25 +609,12 @@ export class ChatView {
     this.showFocus(c);
   }
 
-  /**
-   * The highest seq on screen in this chat, for marking read: Infinity at the end (the
-   * newest, and notices after it, are in view), else the last row with at least
-   * ROW_SEEN_PX of it in view; 0 while another chat (or none) is rendered.
-   */
+  /** The highest seq on screen in this chat, for marking read (``lastSeenSeq``); 0
+   * while another chat (or none) is rendered, or while it goes to its first unread. */
   seenUpTo(c) {
     // not this chat, or still going to its first unread: nothing counts as seen yet
     if (this.convId !== c.id || $('#chat-view').hidden || this.toDivider || this.revealing) return 0;
-    const sc = this.scroller;
-    if (!this.timelineEl.firstElementChild) return 0;
-    if (sc.scrollHeight - sc.scrollTop - sc.clientHeight <= AT_BOTTOM_PX) return Infinity;
-    const bottom = sc.scrollTop + sc.clientHeight;
-    let best = 0;
-    for (const el of this.timelineEl.children) {
-      if (el.offsetTop + Math.min(el.offsetHeight, ROW_SEEN_PX) > bottom) break;
-      const seq = Number(el.dataset.seq);
-      if (seq > best) best = seq;
-    }
-    return best;
+    return lastSeenSeq(this.scroller, this.timelineEl);
   }
 
   /** Load older pages down to the first unread message, then place it under the line. */
@@ -683,17 +636,7 @@ export class ChatView {
   /** The button to the newest message: shown while scrolled up, with the unread count. */
   renderJump() {
     const c = this.store.open;
-    const sc = this.scroller;
-    const away = sc.scrollHeight - sc.scrollTop - sc.clientHeight;
-    const n = c ? c.unread : 0;
-    const show = !!c && away > AT_BOTTOM_PX && (n > 0 || away > JUMP_SHOWN_PX);
-    this.jumpBtn.hidden = !show;
-    if (!show) return;
-    const above = $('#chat-view').getBoundingClientRect().bottom - sc.getBoundingClientRect().bottom;
-    this.jumpBtn.style.bottom = `${Math.round(above) + 12}px`; // just above the list's end
-    setText(this.jumpBtn.querySelector('.jump-count'), n > 0 ? `${n > 99 ? '99+' : n} new` : '');
-    setAttr(this.jumpBtn, 'aria-label', n > 0 ? `${n} new message${n === 1 ? '' : 's'}: jump to the latest` : 'Jump to the latest message');
-    setAttr(this.jumpBtn, 'data-count', String(n));
+    showJump(this.jumpBtn, this.scroller, $('#chat-view'), c ? c.unread : null);
   }
 
   jumpToLatest() {
