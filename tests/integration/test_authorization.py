@@ -337,7 +337,9 @@ async def a_push_intact(w: World) -> None:
     """A's push registration is still there, A's alone."""
     got = await w.A.push_registrations()
     want = {"app_id": PUSH_APP, "pushkey": w.a_pushkey, "platform": "apns"}
-    assert got == [{**want, "device_id": w.A.device_id}], f"A's push registration: {got}"
+    assert got == [{**want, "device_id": w.A.device_id, "data": {}}], (
+        f"A's push registration: {got}"
+    )
 
 
 async def only_own_push(w: World, actor: str, rows: Any) -> None:

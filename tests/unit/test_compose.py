@@ -213,4 +213,6 @@ def test_the_commented_sygnal_service_and_its_config_hold_together() -> None:
     conf = yaml.safe_load((ROOT / "deploy" / "sygnal.yaml").read_text())
     url = re.search(r"# IM_PUSH_GATEWAY_URL: (\S+)", text)
     assert url is not None and url.group(1) == f"http://sygnal:{conf['http']['port']}"
-    assert {app["type"] for app in conf["apps"].values()} == {"apns", "gcm"}
+    assert {app["type"] for app in conf["apps"].values()} == {"apns", "gcm", "webpush"}
+    [web] = [app for app in conf["apps"].values() if app["type"] == "webpush"]
+    assert web["vapid_private_key"].startswith("/secrets/") and web["allowed_endpoints"]
