@@ -23,6 +23,12 @@ expect.set_options(timeout=10_000)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
+def copy_to_docs(shots: Path, tag: str) -> None:
+    DOCS.mkdir(exist_ok=True)
+    for p in shots.glob(f"docs-*-{tag}.png"):
+        shutil.copy(p, DOCS / p.name)
+
+
 @pytest.mark.parametrize("size", [(1280, 800), (375, 812)], ids=["desktop", "phone"])
 async def test_docs_screenshots(
     server: Any, new_page: Any, shots: Path, size: tuple[int, int]
@@ -67,9 +73,7 @@ async def test_docs_screenshots(
             await expect(page.get_by_test_id("member")).to_have_count(3)
             await shot(page, shots, f"docs-members-{tag}")
         if os.environ.get("IM_DOCS_SCREENSHOTS") == "1":
-            DOCS.mkdir(exist_ok=True)
-            for p in shots.glob(f"docs-*-{tag}.png"):
-                shutil.copy(p, DOCS / p.name)
+            copy_to_docs(shots, tag)
     finally:
         for c in cl.values():
             await c.aclose()
