@@ -107,7 +107,10 @@ class Local:
     """Stores + im-server + echo, started by the bench itself: a single Valkey, or a
     Valkey Cluster of ``cluster`` primaries with a replica each; ``gateways`` server
     processes (receivers connect to the last one, so with two a message crosses
-    processes), each ``serve --workers workers``; ``partitions`` stream partitions."""
+    processes), each ``serve --workers workers``; ``partitions`` stream partitions.
+    ``split_persister``: the persister runs as a process of its own (``im-server
+    persister``, the servers with ``IM_RUN_PERSISTER=false``), so its CPU is a figure of
+    its own rather than part of the gateway's."""
 
     def __init__(
         self,
@@ -117,6 +120,7 @@ class Local:
         gateways: int = 1,
         partitions: int = 1,
         workers: int = 1,
+        split_persister: bool = False,
     ) -> None:
         from im_server.runtime.embedded import start_postgres, start_redis, start_s3
         from im_server.runtime.valkey_cluster import EmbeddedCluster, start_cluster
@@ -145,6 +149,15 @@ class Local:
             **self.s3.env(),
         }
         self.log = open(root / "server.log", "wb")
+        self.persister: subprocess.Popen[bytes] | None = None
+        if split_persister:
+            env["IM_RUN_PERSISTER"] = "false"
+            self.persister = subprocess.Popen(
+                [sys.executable, "-m", "im_server", "persister"],
+                env={**env, "IM_RUN_PERSISTER": "true", "IM_NODE_NAME": "bench-persister"},
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
         self.servers: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
         for i in range(gateways):
@@ -177,25 +190,33 @@ class Local:
             return [n.pid() or 0 for n in self.cluster.nodes]
         return [self.redis.pid() or 0] if self.redis is not None else []
 
+    def _persister_pids(self) -> list[int]:
+        return [self.persister.pid] if self.persister is not None else []
+
     def im_procs(self) -> Procs:
         """Server processes: a serve's workers are counted with it."""
         return Procs(
-            pids=self._redis_pids(),
+            pids=self._redis_pids() + self._persister_pids(),
             tree_roots=[self.pg.pid() or 0] + [s.pid for s in self.servers],
         )
 
     def parts(self) -> dict[str, Procs]:
-        return {
+        """The parts of the server side whose CPU is told apart (the persister only when it
+        runs on its own)."""
+        out = {
             "gateway": Procs(tree_roots=[s.pid for s in self.servers]),
             "redis": Procs(pids=self._redis_pids()),
             "postgres": Procs(tree_roots=[self.pg.pid() or 0]),
         }
+        if self.persister is not None:
+            out["persister"] = Procs(pids=self._persister_pids())
+        return out
 
     def echo_procs(self) -> Procs:
         return Procs(pids=[self.echo.pid])
 
     def stop(self) -> None:
-        for p in (*self.servers, self.echo):
+        for p in (*self.servers, *([self.persister] if self.persister else []), self.echo):
             p.terminate()
             try:
                 p.wait(15)
