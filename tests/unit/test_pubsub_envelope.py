@@ -1,6 +1,7 @@
 """The pub/sub wire: inbox channels, the routing of frames and wakes to the nodes the
-registry lists (one message per node and frame, never back to the origin), the envelope,
-control messages; what a node hands on to its callback and what it drops."""
+registry lists (one message per node and publish round, its records batched, never back
+to the origin), the envelope, control messages; what a node hands on to its callback
+and what it drops."""
 
 from __future__ import annotations
 
@@ -16,43 +17,63 @@ from im_server.storage.redis.store import RedisStore
 WHERE = {1: ["a", "b"], 2: ["b"], 3: ["a"], 4: [], 5: ["c", "b"]}
 
 
-def test_one_message_per_node_and_frame_with_its_users() -> None:
+def test_one_message_per_node_with_its_users() -> None:
     text = '{"type":"message","message":{"conv_id":"g:1","content":{"text":"a\\nb"}}}'
     out = pubsub.route("a", [((1, 2, 3, 4, 5), text)], WHERE)
     decoded = {ch: pubsub.decode(ch, data) for ch, data in out}
     assert decoded == {
-        keys.inbox("b"): ("a", UserFrame((1, 2, 5), text)),
-        keys.inbox("c"): ("a", UserFrame((5,), text)),
+        keys.inbox("b"): ("a", [UserFrame((1, 2, 5), text)]),
+        keys.inbox("c"): ("a", [UserFrame((5,), text)]),
     }  # never to the origin "a"; user 4 is held nowhere
+    # one record: the form every release reads
+    assert sorted(out)[0][1] == f"a\n1,2,5\n{text}"
 
 
-def test_each_frame_is_routed_on_its_own() -> None:
+def test_the_frames_of_a_round_are_one_message_per_node_in_order() -> None:
     out = pubsub.route("x", [((3,), "one"), ((2, 3), "two"), ((4,), "three")], WHERE)
     assert sorted(out) == sorted(
         [
-            (keys.inbox("a"), "x\n3\none"),
-            (keys.inbox("a"), "x\n3\ntwo"),
+            (keys.inbox("a"), "x\n*\n3\none\n3\ntwo"),
             (keys.inbox("b"), "x\n2\ntwo"),
         ]
     )
-    assert ("x", UserFrame((2,), "two")) in [pubsub.decode(ch, d) for ch, d in out]
+    assert [pubsub.decode(ch, d) for ch, d in sorted(out)] == [
+        ("x", [UserFrame((3,), "one"), UserFrame((3,), "two")]),
+        ("x", [UserFrame((2,), "two")]),
+    ]
 
 
-def test_a_frame_with_newlines_keeps_them() -> None:
+def test_a_big_round_is_cut_into_messages_of_bounded_size() -> None:
+    n = 2 * pubsub.RECORDS_PER_MESSAGE + 1
+    out = pubsub.route("x", [((7,), f"f{i}") for i in range(n)], {7: ["a"]})
+    assert len(out) == 3
+    frames = [m for ch, d in out for m in pubsub.decode(ch, d)[1]]
+    assert frames == [UserFrame((7,), f"f{i}") for i in range(n)]
+
+
+def test_a_frame_with_newlines_keeps_them_and_travels_alone() -> None:
     text = "line one\nline two\n"
-    ((ch, data),) = pubsub.route("n", [((5,), text)], {5: ["m"]})
-    assert pubsub.decode(ch, data) == ("n", UserFrame((5,), text))
+    out = pubsub.route("n", [((5,), "before"), ((5,), text), ((5,), "after")], {5: ["m"]})
+    assert (keys.inbox("m"), f"n\n5\n{text}") in out
+    frames = [m for ch, d in out for m in pubsub.decode(ch, d)[1]]
+    assert sorted(f.text for f in frames if isinstance(f, UserFrame)) == sorted(
+        ["before", text, "after"]
+    )
 
 
 def test_sync_wakes_round_trip() -> None:
     out = pubsub.route("node-b", [((3, 4), pubsub.SYNC_WAKE)], {3: ["q"], 4: ["q"]})
-    assert [pubsub.decode(ch, d) for ch, d in out] == [("node-b", SyncWake((3, 4)))]
+    assert [pubsub.decode(ch, d) for ch, d in out] == [("node-b", [SyncWake((3, 4))])]
+    out = pubsub.route("node-b", [((3,), pubsub.SYNC_WAKE), ((3,), "{}")], {3: ["q"]})
+    assert [pubsub.decode(ch, d) for ch, d in out] == [
+        ("node-b", [SyncWake((3,)), UserFrame((3,), "{}")])
+    ]
 
 
 def test_control_round_trip() -> None:
     ch, data = pubsub.control("node-c", "token", "ab01")
     assert ch == keys.CONTROL
-    assert pubsub.decode(ch, data) == ("node-c", Control("token", "ab01"))
+    assert pubsub.decode(ch, data) == ("node-c", [Control("token", "ab01")])
 
 
 @pytest.mark.parametrize(
@@ -69,6 +90,8 @@ def test_control_round_trip() -> None:
         ("im:in:me", "n\n-1\nx"),
         ("im:in:me", "n\n١٢\nx"),
         ("im:in:me", "n\n" + "9" * 20 + "\nx"),
+        ("im:in:me", "n\n*\n1\nx\n2"),  # batched: an odd number of lines
+        ("im:in:me", "n\n*\n1\nx\nbad\ny"),
         ("im:somewhere", "n\n1\nhello"),
         ("im:u:7", "n\n1\nhello"),
     ],

@@ -5,10 +5,17 @@ how they look on the wire and which channel carries them is this module's busine
 - Each gateway node listens on its own inbox (``keys.inbox``). A user's frames go to the
   inboxes of the nodes the registry lists for the user (``keys.user_nodes``: a zset
   node -> expiry per user, written by the node before a socket's handshake completes and
-  refreshed while it holds the user), one message per node and frame, carrying
-  ``<origin node>\n<user ids, comma-separated>\n<payload>``: the payload is a server
-  frame (JSON text) for those users' devices, or ``SYNC_WAKE`` to wake their long
-  polls. The frame is spliced in as it is, never re-encoded.
+  refreshed while it holds the user), one message per node and publish round, carrying
+  ``<origin node>\n<user ids, comma-separated>\n<payload>`` for one record, or
+  ``<origin node>\n*\n<users>\n<payload>\n<users>\n<payload>…`` for several (up to
+  ``RECORDS_PER_MESSAGE``): the payload is a server frame (JSON text) for those users'
+  devices, or ``SYNC_WAKE`` to wake their long polls. The frame is spliced in as it is,
+  never re-encoded; one with a newline of its own (compact JSON has none) travels alone
+  in the one-record form. A node of an older release refuses the ``*`` form (its users
+  line is not ids): during a rolling upgrade it misses those pushes, which sync catches
+  up, and never shows a garbled frame. Batching matters with several workers: a
+  one-to-one message whose receiver is on another worker used to cost one publish, one
+  wake of the subscriber and one decode of its own.
 - On a Cluster the inboxes use sharded pub/sub (SPUBLISH/SSUBSCRIBE): a message travels
   to the one shard of its channel's slot, where classic PUBLISH is re-broadcast to every
   node of the cluster. On a single Redis they are classic channels.
@@ -37,6 +44,8 @@ from im_server.storage.redis.store import RedisStore
 
 log = logging.getLogger("im_server.pubsub")
 SYNC_WAKE = "\x00sync"  # no frame starts with a NUL: JSON text cannot
+BATCHED = "*"  # the users line of a message that carries several records
+RECORDS_PER_MESSAGE = 256  # records per inbox message: bounds its size and a decode
 MAX_BACKOFF_S = 5.0
 REGISTRY_TTL_MS = 60_000  # a dead node's entries lapse after this
 REGISTRY_REFRESH_S = 20.0  # a live node writes its users again this often
@@ -77,9 +86,11 @@ class BadMessage(ValueError):
 
 
 def route(origin: str, items: Sequence[ForUsers], nodes: dict[int, list[str]]) -> list[Outgoing]:
-    """The inbox messages that carry each item to the nodes listed for its users (in
-    ``nodes``), the origin itself left out: one message per node and item."""
+    """The inbox messages that carry the items to the nodes listed for their users (in
+    ``nodes``), the origin itself left out: per node, its records (the item's users held
+    there, the payload) in order, several to a message."""
     out: list[Outgoing] = []
+    records: dict[str, list[str]] = {}  # node -> users, payload, users, payload, ...
     for user_ids, payload in items:
         per_node: dict[str, list[int]] = {}
         for u in user_ids:
@@ -87,8 +98,17 @@ def route(origin: str, items: Sequence[ForUsers], nodes: dict[int, list[str]]) -
                 if n != origin:
                     per_node.setdefault(n, []).append(u)
         for n, us in per_node.items():
-            data = origin + "\n" + ",".join(map(str, us)) + "\n" + payload
-            out.append((keys.inbox(n), data))
+            users = ",".join(map(str, us))
+            if "\n" in payload:
+                out.append((keys.inbox(n), origin + "\n" + users + "\n" + payload))
+            else:
+                records.setdefault(n, []).extend((users, payload))
+    step = 2 * RECORDS_PER_MESSAGE
+    for n, recs in records.items():
+        for i in range(0, len(recs), step):
+            chunk = recs[i : i + step]
+            head = origin if len(chunk) == 2 else origin + "\n" + BATCHED
+            out.append((keys.inbox(n), head + "\n" + "\n".join(chunk)))
     return out
 
 
@@ -103,8 +123,17 @@ def _user_ids(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
-def decode(channel: str, data: str) -> tuple[str, Message]:
-    """(origin node, message) of a received message; BadMessage when it is not ours."""
+def _record(channel: str, users: str, payload: str) -> Message:
+    user_ids = _user_ids(users)
+    if user_ids is None:
+        raise BadMessage(f"message with bad user ids on {channel}: {users!r:.200}")
+    if payload == SYNC_WAKE:
+        return SyncWake(user_ids)
+    return UserFrame(user_ids, payload)
+
+
+def decode(channel: str, data: str) -> tuple[str, list[Message]]:
+    """(origin node, its messages) of a received message; BadMessage when it is not ours."""
     if channel == keys.CONTROL:
         try:
             msg = orjson.loads(data)
@@ -115,25 +144,25 @@ def decode(channel: str, data: str) -> tuple[str, Message]:
         origin, kind, key = msg.get("o"), msg.get("k"), msg.get("v")
         if not (isinstance(origin, str) and isinstance(kind, str) and isinstance(key, str)):
             raise BadMessage(f"control message needs text o, k, v: {data!r:.200}")
-        return origin, Control(kind, key)
+        return origin, [Control(kind, key)]
     if not channel.startswith(keys.INBOX):
         raise BadMessage(f"message on an unknown channel {channel!r:.200}")
     origin, sep, rest = data.partition("\n")
     users, sep2, payload = rest.partition("\n")
     if not (sep and sep2):
         raise BadMessage(f"message without origin and users on {channel}: {data!r:.200}")
-    user_ids = _user_ids(users)
-    if user_ids is None:
-        raise BadMessage(f"message with bad user ids on {channel}: {users!r:.200}")
-    if payload == SYNC_WAKE:
-        return origin, SyncWake(user_ids)
-    return origin, UserFrame(user_ids, payload)
+    if users != BATCHED:
+        return origin, [_record(channel, users, payload)]
+    parts = payload.split("\n")
+    if len(parts) % 2:
+        raise BadMessage(f"a batched message with an odd number of lines on {channel}")
+    return origin, [_record(channel, parts[k], parts[k + 1]) for k in range(0, len(parts), 2)]
 
 
 async def send_to_users(redis: RedisStore, origin: str, items: Sequence[ForUsers]) -> int:
     """Carry each item to the other nodes holding its users: one registry read for all
-    the users, then one publish per node and item, in one round trip. Returns how many
-    messages were published."""
+    the users, then one publish per node (its records batched), in one round trip.
+    Returns how many messages were published."""
     users = sorted({u for user_ids, _ in items for u in user_ids})
     if not users:
         return 0
@@ -328,16 +357,17 @@ class Subscriber:
 
     def _dispatch(self, channel: str, data: str) -> None:
         try:
-            origin, msg = decode(channel, data)
+            origin, msgs = decode(channel, data)
         except BadMessage as e:
             log.warning("dropped a pub/sub message: %s", e)
             return
         if origin == self.node:
             return
-        try:
-            self.on_message(msg)
-        except Exception:  # one bad message must not stop the listener
-            log.exception("handling a pub/sub message failed")
+        for msg in msgs:
+            try:
+                self.on_message(msg)
+            except Exception:  # one bad message must not stop the listener
+                log.exception("handling a pub/sub message failed")
 
 
 class InboxMoved(Exception):
