@@ -222,3 +222,19 @@ async def api_key(stores: Stores, scopes: Sequence[str] = ("all",), name: str = 
     """A new API key of the app's servers, made in the stores' database as
     ``im-server apikey create`` makes it."""
     return await make_api_key(stores.pg.url, list(scopes), name)
+
+
+def vapid_public_key() -> str:
+    """A fresh VAPID public key as a browser takes it: an uncompressed P-256 point,
+    base64url without padding."""
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    point = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+    )
+    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()

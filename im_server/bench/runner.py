@@ -21,6 +21,14 @@ from im_server.bench.phases import drain_time, hist, hist_percentile, make_pairs
 from im_server.bench.stack import Local, console
 from im_server.client.transport import HttpPool
 
+# the parts of the server side in the table, in its order (the persister when apart)
+PART_NAMES = {
+    "gateway": "gateway",
+    "persister": "persister",
+    "redis": "Redis",
+    "postgres": "PostgreSQL",
+}
+
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     local: Local | None = None
@@ -194,11 +202,9 @@ def load_table(res: dict[str, Any]) -> None:
             f"{echo['server_cpu_us_per_round_trip']:.0f} µs",
         )
         by = im["server_cpu_us_per_message_by_process"]
-        names = {"gateway": "gateway", "persister": "persister", "redis": "Redis"}
-        names["postgres"] = "PostgreSQL"
-        shown = [k for k in names if k in by]
+        shown = [k for k in PART_NAMES if k in by]
         t.add_row(
-            "  of which " + " / ".join(names[k] for k in shown),
+            "  of which " + " / ".join(PART_NAMES[k] for k in shown),
             " / ".join(f"{by[k]:.0f}" for k in shown) + " µs",
             "",
         )

@@ -90,31 +90,30 @@ async def do_accept(ctx: Context, me: int, request_id: int) -> dict[str, Any]:
     return {"conv_id": conv_id}
 
 
-async def do_decline(ctx: Context, me: int, request_id: int) -> None:
-    """Decline a request to me: it leaves both lists, and its sender is not told (they
-    may ask again, within the friend-request quota). Declining twice is a no-op; an
-    accepted request cannot be declined (``conflict``)."""
+async def _close(ctx: Context, me: int, request_id: int, status: int) -> None:
+    """Take a pending request off both lists: declined by its addressee, or cancelled by
+    its sender (``me`` must be that side, else ``not_found``). Again is a no-op; an
+    accepted request is a ``conflict``."""
     async with ctx.db.begin() as conn:
         req = await contacts.request_by_id(conn, request_id, for_update=True)
-        if req is None or req.to_user_id != me:
+        declining = status == contacts.DECLINED
+        if req is None or me != (req.to_user_id if declining else req.from_user_id):
             raise not_found("no such friend request")
         if req.status == 1:
             raise ImError("conflict", "this request was accepted")
-        await contacts.close_request(conn, request_id, contacts.DECLINED)
-    contacts_changed(ctx, [req.from_user_id, me])
+        await contacts.close_request(conn, request_id, status)
+    contacts_changed(ctx, [req.from_user_id, req.to_user_id])
+
+
+async def do_decline(ctx: Context, me: int, request_id: int) -> None:
+    """Decline a request to me: its sender is not told, and may ask again (within the
+    friend-request quota)."""
+    await _close(ctx, me, request_id, contacts.DECLINED)
 
 
 async def do_cancel(ctx: Context, me: int, request_id: int) -> None:
-    """Cancel a request I sent: it leaves both lists. Cancelling twice is a no-op; an
-    accepted request cannot be cancelled (``conflict``: remove the friend instead)."""
-    async with ctx.db.begin() as conn:
-        req = await contacts.request_by_id(conn, request_id, for_update=True)
-        if req is None or req.from_user_id != me:
-            raise not_found("no such friend request")
-        if req.status == 1:
-            raise ImError("conflict", "this request was accepted")
-        await contacts.close_request(conn, request_id, contacts.CANCELLED)
-    contacts_changed(ctx, [me, req.to_user_id])
+    """Cancel a request I sent (once accepted: remove the friend instead)."""
+    await _close(ctx, me, request_id, contacts.CANCELLED)
 
 
 async def requests(ctx: Context, me: int) -> dict[str, Any]:

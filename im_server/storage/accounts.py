@@ -183,7 +183,11 @@ _SESSION_COLS = "token_hash, user_id, device_id, created_at, last_used_at, expir
 
 
 def _session(row: Any) -> SessionRow:
-    return SessionRow(bytes(row[0]), int(row[1]), str(row[2]), int(row[3]), int(row[4]), row[5])
+    """A row of ``_SESSION_COLS``, and ``label`` when it was selected after them."""
+    label = str(row[6]) if len(row) > 6 else ""
+    return SessionRow(
+        bytes(row[0]), int(row[1]), str(row[2]), int(row[3]), int(row[4]), row[5], label
+    )
 
 
 async def create_session(
@@ -266,12 +270,7 @@ async def live_sessions(
         ),
         {"u": user_id, "c": idle_cutoff, "now": now},
     )
-    out = []
-    for row in r:
-        s = _session(row)
-        s.label = str(row[6])
-        out.append(s)
-    return out
+    return [_session(row) for row in r]
 
 
 async def revoke_session(conn: AsyncConnection, token_hash: bytes, now: int) -> bool:

@@ -338,8 +338,7 @@ export class Engine {
       return;
     }
     const seq = Math.min(Math.max(c.maxHeld, c.maxSeq), onScreen);
-    if (seq <= c.readSeq) return;
-    if (!c.markRead(seq)) { c.unreadBase = 0; }
+    if (!c.markRead(seq)) return; // not past the cursor: nothing to report
     this.reportRead(c, seq);
     this.store.changed('read', c.id);
   }

@@ -142,22 +142,12 @@ def axe_source() -> str:
     the test extras' Node on first use; a lock keeps parallel workers from installing it
     twice at once."""
     import fcntl
-    import subprocess
 
-    from tests.sdk.test_typescript_sdk import node_for_tests
+    from tests.sdk.test_typescript_sdk import _run, node_for_tests
 
     with open(AXE_DIR / "package.json", "rb") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
         if not AXE_JS.exists():
             _, npm, env = node_for_tests()
-            proc = subprocess.run(
-                [*npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"],
-                cwd=AXE_DIR,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            assert proc.returncode == 0, f"npm ci of axe-core failed:\n{proc.stdout}\n{proc.stderr}"
+            _run([*npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], env, 300, AXE_DIR)
     return AXE_JS.read_text(encoding="utf-8")

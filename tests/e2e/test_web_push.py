@@ -14,22 +14,26 @@ delivered to the service worker through the DevTools protocol
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from playwright.async_api import expect  # in the test extras
 
 from im_server.bench.push_gateway import RecordingGateway
 from im_server.client import Client
 from tests.e2e.conftest import watch
 from tests.e2e.pages import log_in, uname
-from tests.support import PASSWORD, ServerProcess, Stores, befriend, eventually
+from tests.support import (
+    PASSWORD,
+    ServerProcess,
+    Stores,
+    befriend,
+    eventually,
+    vapid_public_key,
+)
 
 pytestmark = pytest.mark.timeout(240)
 expect.set_options(timeout=10_000)
@@ -58,15 +62,6 @@ PushManager.prototype.subscribe = async function (opts) {{
 }};
 PushManager.prototype.getSubscription = async function () {{ return subscribed ? sub : null; }};
 """
-
-
-def vapid_public_key() -> str:
-    point = (
-        ec.generate_private_key(ec.SECP256R1())
-        .public_key()
-        .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-    )
-    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
 
 
 VAPID = vapid_public_key()

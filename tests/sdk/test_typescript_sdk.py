@@ -62,10 +62,10 @@ def node_for_tests() -> tuple[Path, list[str], dict[str, str]]:
     return node, npm, env
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
+def _run(cmd: list[str], env: dict[str, str], timeout: float, cwd: Path = SDK) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(
-        cmd, cwd=SDK, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     took = time.monotonic() - t0
     print(f"$ {' '.join(cmd)}  ({took:.1f} s)\n{proc.stdout[-4000:]}")

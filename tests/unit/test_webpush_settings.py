@@ -9,21 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
 from im_server.config import Settings
 from im_server.services.push_registrations import push_config
-
-
-def vapid_public_key() -> str:
-    point = (
-        ec.generate_private_key(ec.SECP256R1())
-        .public_key()
-        .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-    )
-    return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
+from tests.support import vapid_public_key
 
 
 def test_a_real_key_is_taken() -> None:
