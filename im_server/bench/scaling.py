@@ -4,7 +4,12 @@ against ``serve --workers N`` (fresh stores each), and the scaling factor betwee
 The load comes from ``--client-procs`` client processes (the pairs split between them,
 their results merged), so that one Python client saturating its core shows up as such
 instead of as a server limit: every process's CPU over the phase is reported as cores
-used (client processes, each worker, Valkey, PostgreSQL)."""
+used (client processes, each worker, Valkey, PostgreSQL).
+
+Each run first times the bare echo from the same client processes. The ratio the
+project's goal is set in is the whole stack's CPU per delivered message (the machine's
+busy time, kernel included, less the load clients' own CPU) over the same figure per
+echo round trip; at ``--workers 1`` and at the default (a worker per core)."""
 
 from __future__ import annotations
 
@@ -35,9 +40,11 @@ def _client(
     args: tuple[int, float, int],
     barrier: Barrier,
     out: Queue[tuple[Stats, float]],
+    echo_url: str | None = None,
 ) -> None:
-    """A client process: run the phase on its pairs once every process is connected;
-    hand back the stats and the CPU seconds this process used while the clock ran."""
+    """A client process: run the phase on its pairs once every process is connected (on
+    the bare echo with ``echo_url``); hand back the stats and the CPU seconds this
+    process used while the clock ran."""
     window, duration, size = args
     cpu0 = [0.0]
 
@@ -47,7 +54,16 @@ def _client(
 
     async def go() -> Stats:
         st, _ = await run_phase(
-            f"c{index}-", url, pairs, window, duration, size, None, ready=ready, progress=False
+            f"c{index}-",
+            url,
+            pairs,
+            window,
+            duration,
+            size,
+            None,
+            ready=ready,
+            progress=False,
+            echo_url=echo_url,
         )
         return st
 
@@ -103,9 +119,50 @@ def _names(k: int) -> list[str]:
     return ["serve"] if k == 1 else ["parent", *(f"worker {i}" for i in range(k))]
 
 
+async def _clients_phase(
+    local: Local, pairs: list[Pair], args: Any, label: str, echo_url: str | None = None
+) -> tuple[Stats, list[float], float, float]:
+    """One timed phase from ``--client-procs`` client processes (on the bare echo with
+    ``echo_url``): the merged stats, each client's CPU seconds, the wall seconds and the
+    machine's busy CPU seconds over it."""
+    n = max(1, args.client_procs)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n + 1)
+    out: Queue[tuple[Stats, float]] = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_client,
+            args=(
+                i,
+                local.url,
+                pairs[i::n],
+                (args.window, args.duration, args.size),
+                barrier,
+                out,
+                echo_url,
+            ),
+        )
+        for i in range(n)
+    ]
+    for p in procs:
+        p.start()
+    await asyncio.to_thread(barrier.wait, 120)
+    busy0 = _machine_busy()
+    t0 = time.monotonic()
+    with console.status(f"[bold]{label}, {n} client process(es)"):
+        results = [await asyncio.to_thread(out.get, True, args.duration + 120) for _ in procs]
+    wall = time.monotonic() - t0
+    busy = _machine_busy() - busy0
+    for p in procs:
+        p.join(30)
+    return merge([r[0] for r in results]), [r[1] for r in results], wall, busy
+
+
 async def one_run(k: int, args: Any) -> dict[str, Any]:
-    """Fresh stores and ``serve --workers k``; the one-to-one phase from the client
-    processes; throughput, latency, CPU of every part."""
+    """Fresh stores and ``serve --workers k``; the bare echo, then the one-to-one phase,
+    from the client processes; throughput, latency, CPU of every part, and the whole
+    stack's CPU per message (the machine's busy time less the load clients') against the
+    echo's per round trip."""
     tmp = tempfile.TemporaryDirectory(prefix="im-bench-")
     console.print(f"starting the stores and im-server --workers {k} …")
     local = Local(Path(tmp.name), workers=k, partitions=args.partitions)
@@ -116,63 +173,43 @@ async def one_run(k: int, args: Any) -> dict[str, Any]:
                 await asyncio.sleep(0.1)
             await asyncio.sleep(2.5)
         pairs = await make_pairs(local.url, args.pairs)
-        n = max(1, args.client_procs)
-        ctx = mp.get_context("spawn")
-        barrier = ctx.Barrier(n + 1)
-        out: Queue[tuple[Stats, float]] = ctx.Queue()
-        procs = [
-            ctx.Process(
-                target=_client,
-                args=(
-                    i,
-                    local.url,
-                    pairs[i::n],
-                    (args.window, args.duration, args.size),
-                    barrier,
-                    out,
-                ),
-            )
-            for i in range(n)
-        ]
-        for p in procs:
-            p.start()
-        await asyncio.to_thread(barrier.wait, 120)
+        est, ecpu, _, ebusy = await _clients_phase(
+            local, pairs, args, "bare echo", echo_url=f"ws://127.0.0.1:{local.echo_port}/"
+        )
+        echo_stack_us = max(0.0, ebusy - sum(ecpu)) / max(1, est.acked) * 1e6
         server_pids = _workers_of(local)
         parts = local.parts()
         parts0 = {name: v.cpu() for name, v in parts.items()}
         w0 = _cpu_of(server_pids)
-        busy0 = _machine_busy()
-        t0 = time.monotonic()
-        with console.status(f"[bold]im, {k} worker(s), {n} client process(es)"):
-            results = [await asyncio.to_thread(out.get, True, args.duration + 120) for _ in procs]
-        wall = time.monotonic() - t0
-        busy = _machine_busy() - busy0
+        st, ccpu, wall, busy = await _clients_phase(local, pairs, args, f"im, {k} worker(s)")
         w1 = _cpu_of(server_pids)
         parts1 = {name: v.cpu() for name, v in parts.items()}
-        for p in procs:
-            p.join(30)
-        st = merge([r[0] for r in results])
         _, drained_s = await drain_time(local)  # the persister catches up before the check
         lost, dup = await verify(local, local.url, st, {})
         cores = {name: (parts1[name] - parts0[name]) / wall for name in parts0}
-        cores["client"] = sum(r[1] for r in results) / wall
+        cores["client"] = sum(ccpu) / wall
         cores["rest of the machine"] = max(0.0, busy / wall - sum(cores.values()))
         server_cpu = sum(parts1[x] - parts0[x] for x in parts0)
+        stack_us = max(0.0, busy - sum(ccpu)) / max(1, st.delivered) * 1e6
         return {
             "workers": k,
-            "client_procs": n,
+            "client_procs": len(ccpu),
             "messages_acked_per_s": st.acked / st.seconds,
             "messages_delivered_per_s": st.delivered / st.seconds,
             "ack_p50_ms": percentile(st.ack_latency, 50) * 1000,
             "ack_p99_ms": percentile(st.ack_latency, 99) * 1000,
             "delivery_p99_ms": percentile(st.delivery_latency, 99) * 1000,
             "server_cpu_us_per_message": server_cpu / max(1, st.delivered) * 1e6,
+            "stack_cpu_us_per_message": stack_us,
+            "echo_round_trips_per_s": est.acked / est.seconds,
+            "echo_stack_cpu_us_per_round_trip": echo_stack_us,
+            "stack_ratio_to_echo": stack_us / echo_stack_us if echo_stack_us else float("nan"),
             "cores_used": cores,
             "cores_per_server_process": {
                 name: (w1.get(pid, 0.0) - w0.get(pid, 0.0)) / wall
                 for name, pid in zip(_names(k), server_pids, strict=False)
             },
-            "client_cores_each": [r[1] / wall for r in results],
+            "client_cores_each": [c / wall for c in ccpu],
             "stream_drained_in_s": drained_s,
             "lost": lost,
             "duplicated": dup,
@@ -214,6 +251,13 @@ def report(res: dict[str, Any]) -> None:
     row("ack p50 / p99", lambda r: f"{r['ack_p50_ms']:.1f} / {r['ack_p99_ms']:.1f} ms")
     row("delivery p99", lambda r: f"{r['delivery_p99_ms']:.1f} ms")
     row("server CPU per message", lambda r: f"{r['server_cpu_us_per_message']:.0f} µs")
+    row(
+        "whole stack per message / echo's per round trip",
+        lambda r: (
+            f"{r['stack_cpu_us_per_message']:.0f} / {r['echo_stack_cpu_us_per_round_trip']:.0f} µs"
+        ),
+    )
+    row("  ratio to the echo", lambda r: f"{r['stack_ratio_to_echo']:.2f}×")
     for part in ("gateway", "redis", "postgres", "client", "rest of the machine"):
         row(f"cores used: {part}", lambda r, p=part: f"{r['cores_used'][p]:.2f}")
     row(
