@@ -22,6 +22,15 @@
 -- three more fields, which this script passes on untouched: mentions (comma-joined ids),
 -- mention_all ("1"/"0"), reply_to (a seq or empty); see store.encode_extras. A queued
 -- send becomes the stream entry {q: seq, d: that value}.
+-- Commands per send: the dedupe check and claim are one SET NX GET (the key is written
+-- only where it was free, with the seq the send is about to take), then XADD. The
+-- permission hash is read once per (conversation, sender) and the seq counter once per
+-- conversation in a call, and the counter is written once per conversation at the end
+-- (nothing else runs while a script does). A send that is refused or has to wait (cold
+-- caches, no seq left) looks for its dedupe key first: a repeat of an earlier send is
+-- answered as such whatever changed since. Why no write can fail half way: Redis checks
+-- for out of memory before a script's first write only; an XADD error is caught, frees
+-- its send's key, stores the counters of what was queued, and is the call's answer.
 -- Returns one entry per send (parsed by replies.parse_send):
 --   {"ok", seq, server_time, low}   queued; low = 1 when the seq block runs short
 --   {"dup", "conv|seq|server_time"} a repeat of an earlier send
@@ -30,17 +39,19 @@
 --   {"need_block"}                  reserve a seq block in PostgreSQL, then call again
 --   {"reset"}                       this Redis lost its data (no boot marker)
 --   {"check_pg"}                    look for the dedupe key in PostgreSQL, then call again
-local function split(s)
-  local f, i = {}, 1
-  while true do
-    local j = string.find(s, '\0', i, true)
-    if not j then
-      f[#f + 1] = string.sub(s, i)
-      return f
-    end
-    f[#f + 1] = string.sub(s, i, j - 1)
-    i = j + 1
-  end
+-- A send's fields but the content type and content (the script never looks at those, and
+-- copying a long text into a Lua string costs more than finding its ends).
+local function fields(s)
+  local a = string.find(s, '\0', 1, true)
+  local b = string.find(s, '\0', a + 1, true)
+  local c = string.find(s, '\0', b + 1, true)
+  local d = string.find(s, '\0', c + 1, true)
+  local e = string.find(s, '\0', d + 1, true)
+  local f = string.find(s, '\0', e + 1, true)
+  local g = string.find(s, '\0', f + 1, true)
+  local h = string.find(s, '\0', g + 1, true) or (#s + 1)
+  return string.sub(s, 1, a - 1), string.sub(s, a + 1, b - 1), string.sub(s, b + 1, c - 1),
+    string.sub(s, e + 1, f - 1), string.sub(s, f + 1, g - 1), string.sub(s, g + 1, h - 1)
 end
 
 -- The run id of the node running this call. A seq counter whose block was installed
@@ -56,62 +67,109 @@ end
 
 local dd1, dd2, dd3 = ARGV[4], ARGV[5], ARGV[6]
 local seq1, seq2, perm1, perm2, pe1, pe2 = ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local ttl, low_water, cold = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[1] == '1'
 local rid
 local out = {}
+-- Read once per call, not once per send: nothing else runs while a script does, so a
+-- value read earlier in this call is still the value. The seq counter is still written
+-- per send (HINCRBY), so a write refused half way through (out of memory) never leaves a
+-- queued message above the stored counter.
+local perms = {}   -- conv NUL sender -> status, or false when the cache lacks the sender
+local loaded = {}  -- conv -> whether its permission cache is loaded ('_l')
+local seqs = {}    -- conv -> {cur, lim} of a usable counter, or false
+local dirty = {}   -- convs whose counter moved in this call, in order
+local function flush()
+  for _, conv in ipairs(dirty) do
+    redis.call('HSET', seq1 .. conv .. seq2, 'cur', seqs[conv][1])
+  end
+end
 local booted = redis.call('EXISTS', KEYS[2]) == 1
 for i = 13, #ARGV do
-  local a = split(ARGV[i])
-  local conv, sender, cmid, ts = a[1], a[2], a[3], a[6]
+  local v = ARGV[i]
+  local conv, sender, cmid, ts, skip_perm, skip_cold = fields(v)
   local kdd = dd1 .. sender .. dd2 .. cmid .. dd3
-  local kseq = seq1 .. conv .. seq2
-  local kperm = perm1 .. conv .. perm2
   local res
-  local dup = redis.call('GET', kdd)
-  if dup then
-    res = {'dup', dup}
-  elseif not booted then
+  if not booted then
     res = {'reset'}
-  else
-    if a[7] ~= '1' then
-      local st = redis.call('HGET', kperm, sender)
-      if not st then
-        if redis.call('HEXISTS', kperm, '_l') == 0 then
-          res = {'perm_cold', redis.call('GET', pe1 .. conv .. pe2) or '0'}
-        else
-          res = {'denied', 'not_member'}
-        end
-      elseif st ~= 'ok' then
-        if string.sub(st, 1, 6) == 'muted:' then
-          if tonumber(string.sub(st, 7)) > tonumber(ts) then
-            res = {'denied', 'muted'}
-          end
-        else
-          res = {'denied', st}
-        end
+  elseif skip_perm ~= '1' then
+    local pk = conv .. '\0' .. sender
+    local st = perms[pk]
+    if st == nil then
+      st = redis.call('HGET', perm1 .. conv .. perm2, sender)
+      perms[pk] = st
+    end
+    if not st then
+      local l = loaded[conv]
+      if l == nil then
+        l = redis.call('HEXISTS', perm1 .. conv .. perm2, '_l') == 1
+        loaded[conv] = l
       end
-    end
-    if not res and ARGV[1] == '1' and a[8] ~= '1' then
-      res = {'check_pg'}
-    end
-    if not res then
-      local s = redis.call('HMGET', kseq, 'cur', 'lim', 'rid')
-      rid = rid or node_run_id()
-      if not s[1] or not s[2] or s[3] ~= rid or tonumber(s[1]) >= tonumber(s[2]) then
-        res = {'need_block'}
+      if l then
+        res = {'denied', 'not_member'}
       else
-        local seq = redis.call('HINCRBY', kseq, 'cur', 1)
-        -- the entry: its seq, and the send's fields as they came (the persister
-        -- reads conv_id, sender_id, client_msg_id, content_type, content, server_time)
-        redis.call('XADD', KEYS[1], '*', 'q', seq, 'd', ARGV[i])
-        redis.call('SET', kdd, conv .. '|' .. seq .. '|' .. ts, 'EX', tonumber(ARGV[2]))
-        local low = 0
-        if tonumber(s[2]) - seq < tonumber(ARGV[3]) then
-          low = 1
-        end
-        res = {'ok', seq, ts, low}
+        res = {'perm_cold', redis.call('GET', pe1 .. conv .. pe2) or '0'}
       end
+    elseif st ~= 'ok' then
+      if string.sub(st, 1, 6) == 'muted:' then
+        if tonumber(string.sub(st, 7)) > tonumber(ts) then
+          res = {'denied', 'muted'}
+        end
+      else
+        res = {'denied', st}
+      end
+    end
+  end
+  if not res and cold and skip_cold ~= '1' then
+    res = {'check_pg'}
+  end
+  local sq
+  if not res then
+    sq = seqs[conv]
+    if sq == nil then
+      local s = redis.call('HMGET', seq1 .. conv .. seq2, 'cur', 'lim', 'rid')
+      rid = rid or node_run_id()
+      sq = s[1] and s[2] and s[3] == rid and {tonumber(s[1]), tonumber(s[2])}
+      seqs[conv] = sq
+    end
+    if not sq or sq[1] >= sq[2] then
+      res = {'need_block'}
+    end
+  end
+  if res then
+    -- a repeat of an earlier send is answered as such, whatever else changed since
+    local dup = redis.call('GET', kdd)
+    if dup then
+      res = {'dup', dup}
+    end
+  else
+    -- the dedupe check and the claim in one command: written only where it was free
+    local seq = sq[1] + 1
+    local dup = redis.call('SET', kdd, conv .. '|' .. seq .. '|' .. ts, 'NX', 'GET', 'EX', ttl)
+    if dup then
+      res = {'dup', dup}
+    else
+      -- the entry: its seq, and the send's fields as they came (the persister
+      -- reads conv_id, sender_id, client_msg_id, content_type, content, server_time)
+      local added = redis.pcall('XADD', KEYS[1], '*', 'q', seq, 'd', v)
+      if type(added) == 'table' and added.err then
+        -- not queued: free the key, keep the counter of what was queued, answer the error
+        redis.call('DEL', kdd)
+        flush()
+        return added
+      end
+      if not sq.d then
+        sq.d = true
+        dirty[#dirty + 1] = conv
+      end
+      sq[1] = seq
+      local low = 0
+      if sq[2] - seq < low_water then
+        low = 1
+      end
+      res = {'ok', seq, ts, low}
     end
   end
   out[#out + 1] = res
 end
+flush()
 return out
