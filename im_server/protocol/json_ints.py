@@ -7,19 +7,22 @@ integer, a seq past it is clamped) check it on top.
 Why a check of its own: orjson, which reads every body and frame, keeps integers up to
 2^64-1 and silently turns a larger literal into a float (2^70 would be stored as
 1.1805916207174113e21). Why this shape: an integer past the range is written with at
-least 19 digits, so a frame without 19 digits in a row (nearly all) costs one regex scan
-in C; only the rare one with such a run is parsed again, with the integers checked
-(digits inside a string, a phone number in a text, pass that second look)."""
+least 19 digits, so a frame without 19 digits in a row (nearly all) costs one look in C;
+only the rare one with such a run is parsed again, with the integers checked (digits
+inside a string, a phone number in a text, pass that second look). The look maps every
+byte of the UTF-8 text to "digit" or "not" (``bytes.translate``) and searches for 19
+digits in a row: 0.35 µs for a send frame, where the regex ``[0-9]{19}`` took 1.7 µs
+(it starts a match at every digit). UTF-8 keeps ASCII digits as they are and never uses
+their bytes inside another character, so the runs are the text's own."""
 
 from __future__ import annotations
 
 import json
-import re
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**64 - 1
-_LONG_RUN_TEXT = re.compile(r"[0-9]{19}")
-_LONG_RUN_BYTES = re.compile(rb"[0-9]{19}")
+_DIGITS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"1" * 19
 INT_RULE = "integers must fit in 64 bits (-2^63 .. 2^64-1)"
 
 
@@ -39,10 +42,8 @@ def oversized_int(data: str | bytes) -> str | None:
     """The first integer literal of the JSON text ``data`` outside -2^63 .. 2^64-1
     (shortened), or None. Text that is not JSON answers None: the parser that
     reads it for real refuses it."""
-    long_run = (
-        _LONG_RUN_TEXT.search(data) if isinstance(data, str) else _LONG_RUN_BYTES.search(data)
-    )
-    if long_run is None:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _LONG_RUN not in raw.translate(_DIGITS):
         return None
     try:
         json.loads(data, parse_int=_checked)

@@ -22,6 +22,8 @@ from im_server.protocol.session import Reply, Session
         '{"seq": 1180591620717411303424}',
         '{"content": {"n": [1, 2, {"deep": 99999999999999999999999}]}}',
         '{"text": "12345678901234567890123", "n": -9223372036854775809}',
+        '{"text": "数字２３４５", "n": 123456789012345678901}',
+        '{"text": "😀", "n": 99999999999999999999}',
     ],
 )
 def test_oversized_integers_are_found(text: str) -> None:
@@ -43,10 +45,21 @@ def test_oversized_integers_are_found(text: str) -> None:
         "18446744073709551615",
         "{not json 12345678901234567890",
         "[" * 5000,
+        # digits split by characters whose UTF-8 bytes are not digits: no run of 19
+        '{"n": 1234567890, "m": "１２３４５６７８９０１２３４５６７８９０"}',
+        '{"t": "123456789٠١٢٣٤٥٦٧٨٩0123456789"}',
+        '{"t": "\udcff1234567890123456789"}',
     ],
 )
 def test_what_fits_or_is_not_an_integer_passes(text: str) -> None:
     assert oversized_int(text) is None
+    assert oversized_int(text.encode("utf-8", "surrogatepass")) is None
+
+
+def test_a_lone_surrogate_in_the_text_itself_is_no_crash() -> None:
+    """Text from a WebSocket is valid UTF-8, but a str can hold a lone surrogate."""
+    assert oversized_int('{"t": "\udcff", "n": 123456789012345678901}') is not None
+    assert oversized_int('{"t": "\udcff", "n": 1}') is None
 
 
 def test_orjson_alone_would_round_it() -> None:
