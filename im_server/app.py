@@ -48,6 +48,7 @@ from im_server.gateway.recheck import TokenRecheck
 from im_server.metrics import STREAM_DEPTH
 from im_server.metrics_access import MetricsListener
 from im_server.protocol.close_codes import CloseCode
+from im_server.runtime import heap
 from im_server.services import (
     deletion,
     idempotency,
@@ -283,6 +284,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if deliverer:
             deliverer.start()
         metrics_listener = MetricsListener.for_settings(settings)
+        heap.settle()
         log.info("im-server %s ready (node %s)", __version__, settings.node_name)
         try:
             yield

@@ -279,6 +279,7 @@ def cmd_persister(args: argparse.Namespace) -> int:
         print("im-server persister needs IM_DATABASE_URL and IM_REDIS_URL", file=sys.stderr)
         return 2
     from im_server.app import build_context
+    from im_server.runtime import heap
     from im_server.services import partitions
     from im_server.workers.persister import Persister
 
@@ -291,6 +292,7 @@ def cmd_persister(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await p.start()
+        heap.settle()
         print(f"im-server persister running as consumer {p.consumer}", flush=True)
         await stop.wait()
         await p.stop()
