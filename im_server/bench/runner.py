@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from rich.console import Console
 from rich.table import Table
 
@@ -79,6 +80,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         async with HttpPool() as http:
             metrics0 = (await http.get(url + "/metrics")).text
         parts0 = {k: v.cpu() for k, v in local.parts().items()} if local else {}
+        wal0 = await wal_position(local)
         st, cpu = await run_phase(
             "im",
             url,
@@ -91,6 +93,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
         parts1 = {k: v.cpu() for k, v in local.parts().items()} if local else {}
         depth, drain_s = await drain_time(local)
+        wal_bytes = await wal_position(local) - wal0  # every message of the phase stored
         async with HttpPool() as http:
             metrics1 = (await http.get(url + "/metrics")).text
         lag_b, lag_a = (
@@ -127,6 +130,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             im["server_cpu_us_per_message_by_process"] = {
                 k: (parts1[k] - parts0[k]) / max(1, st.delivered) * 1e6 for k in parts0
             }
+            im["postgres_wal_bytes_per_message"] = wal_bytes / max(1, st.acked)
         result["im"] = im
         if args.half_rate and st.acked:
             rate = st.acked / st.seconds / 2
@@ -155,6 +159,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             local.stop()
         if tmp is not None:
             tmp.cleanup()
+
+
+async def wal_position(local: Local | None) -> int:
+    """PostgreSQL's WAL insert position in bytes (0 without local stores): what the
+    stores wrote between two readings, the persister's rows and index entries first."""
+    if local is None:
+        return 0
+    conn = await asyncpg.connect(local.pg.url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        return int(await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"))
+    finally:
+        await conn.close()
 
 
 def load_table(res: dict[str, Any]) -> None:
@@ -206,6 +222,11 @@ def load_table(res: dict[str, Any]) -> None:
         t.add_row(
             "  of which " + " / ".join(PART_NAMES[k] for k in shown),
             " / ".join(f"{by[k]:.0f}" for k in shown) + " µs",
+            "",
+        )
+        t.add_row(
+            "PostgreSQL WAL per stored message",
+            f"{im['postgres_wal_bytes_per_message']:,.0f} B",
             "",
         )
         t.add_row("ratio to echo", f"{im['cpu_ratio_to_echo']:.2f}×", "1×")
