@@ -7,7 +7,10 @@ import re
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from im_server import search_text
 from im_server.search_text import (
     MAX_POSITIONS,
     MAX_QUERY_CHARS,
@@ -211,3 +214,25 @@ def test_notices_get_no_tokens_whatever_their_content() -> None:
     assert search_document(m("text", {"text": "hello"})) == "'hello':1"
     assert search_document(m("file", {"upload_id": "u", "name": "a.txt"})) == "'a':1 'txt':2"
     assert search_document(m("custom", {"text": "hi"})) == "'hi':1"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=300))
+def test_the_ascii_way_makes_the_same_literal(text: str) -> None:
+    """``document``'s short way for ASCII text and the general one agree."""
+    assert search_text.document(text) == search_text._document_any(text.lower())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="Ａａ１_ﬁé café-x ", max_size=60))
+def test_text_that_folds_to_ascii_takes_the_short_way_alike(text: str) -> None:
+    folded = search_text._fold(text)
+    assert search_text.document(text) == search_text._document_any(folded)
+
+
+def test_the_ascii_way_stops_at_the_last_position() -> None:
+    text = "w " * (search_text.MAX_POSITIONS + 10)
+    doc = search_text.document(text)
+    assert doc is not None
+    assert doc.endswith(f"'w':{search_text.MAX_POSITIONS}")
+    assert doc == search_text._document_any(text)
