@@ -33,6 +33,7 @@ def test_bench_runs_and_loses_nothing() -> None:
     assert im["acked"] > 0 and echo["round_trips_per_s"] > 0
     assert im["lost"] == 0 and im["duplicated"] == 0
     assert im["messages_delivered_per_s"] > 0
+    assert im["postgres_wal_bytes_per_message"] > 100  # a message row, its keys and indexes
     for key in (
         "ack_p99_ms",
         "delivery_p99_ms",

@@ -26,5 +26,12 @@ def test_bench_workers_compares_one_worker_with_two() -> None:
         assert run["messages_delivered_per_s"] > 0 and run["client_procs"] == 2
         assert run["lost"] == 0 and run["duplicated"] == 0
         assert {"gateway", "redis", "postgres", "client"} <= set(run["cores_used"])
+        # the whole stack against the echo, timed from the same client processes
+        assert run["echo_round_trips_per_s"] > 0
+        assert run["echo_stack_cpu_us_per_round_trip"] > 0
+        assert run["stack_cpu_us_per_message"] > 0
+        assert run["stack_ratio_to_echo"] == (
+            run["stack_cpu_us_per_message"] / run["echo_stack_cpu_us_per_round_trip"]
+        )
     assert list(two["cores_per_server_process"]) == ["parent", "worker 0", "worker 1"]
     assert res["scaling"] > 0
