@@ -33,5 +33,8 @@ def test_bench_workers_compares_one_worker_with_two() -> None:
         assert run["stack_ratio_to_echo"] == (
             run["stack_cpu_us_per_message"] / run["echo_stack_cpu_us_per_round_trip"]
         )
+        # the clients' kernel time counted as the stack's can only add to it
+        assert run["stack_with_client_kernel_us_per_message"] >= run["stack_cpu_us_per_message"]
+        assert run["stack_with_client_kernel_ratio_to_echo"] > 0
     assert list(two["cores_per_server_process"]) == ["parent", "worker 0", "worker 1"]
     assert res["scaling"] > 0
