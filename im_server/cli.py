@@ -299,12 +299,9 @@ def cmd_persister(args: argparse.Namespace) -> int:
         await ctx.redis.close()
         await ctx.db.dispose()
 
-    try:
-        import uvloop
+    import uvloop  # as serve's loop
 
-        uvloop.run(main())
-    except ImportError:
-        asyncio.run(main())
+    uvloop.run(main())
     return 0
 
 
