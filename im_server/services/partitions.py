@@ -14,7 +14,11 @@ start that asks for another count than the recorded one is refused with what to 
 A keyspace made before the count was recorded (its first stream exists, no record) ran
 with the count configured then: ``IM_STREAM_PARTITIONS``, or 1. A new keyspace next to
 a database that holds data (a move from a single Redis to a cluster) takes the default:
-its keys are all new anyway, and the seqs go on from the database."""
+its keys are all new anyway, and the seqs go on from the database.
+
+Settling also checks that the Redis-compatible store is recent enough for this release
+(``check_redis_version``): an older one is refused at start with what to do, rather than
+failing every send."""
 
 from __future__ import annotations
 
@@ -28,8 +32,39 @@ CLUSTER_DEFAULT = 64
 SINGLE_DEFAULT = 1
 
 
-class PartitionsMismatch(Exception):
+MIN_REDIS = (7, 0)
+"""The oldest Redis this release runs on: the send script claims a dedupe key with ``SET
+... NX GET`` (NX and GET together came with Redis 7.0), and on a Cluster deliveries use
+sharded pub/sub (7.0 too). Valkey reports the Redis version it matches (7.2.4)."""
+
+
+class StartRefused(Exception):
+    """The stores cannot serve this start as they are; the message says what to do."""
+
+
+class PartitionsMismatch(StartRefused):
     """A start asked for another partition count than the data set has."""
+
+
+class RedisTooOld(StartRefused):
+    """The Redis-compatible store is older than :data:`MIN_REDIS`."""
+
+
+def check_redis_version(version: str | None) -> None:
+    """Refuse a Redis older than :data:`MIN_REDIS`. An unknown version (INFO refused, a
+    form not understood) is let through: the first send then says what failed."""
+    if version is None:
+        return
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    if not (major.isdigit() and minor.isdigit()):
+        return
+    if (int(major), int(minor)) < MIN_REDIS:
+        raise RedisTooOld(
+            f"IM_REDIS_URL serves Redis {version}; im-server needs Redis "
+            f"{MIN_REDIS[0]}.{MIN_REDIS[1]} or later, or Valkey (the send script claims "
+            "each send's dedupe key with SET NX GET)"
+        )
 
 
 def first_count(configured: int | None, cluster: bool, has_data: bool) -> int:
@@ -56,6 +91,7 @@ def check(configured: int | None, recorded: int) -> int:
 async def settle(ctx: Context) -> int:
     """The partition count of this data set, recorded if it was not; sets it on the
     context (the composition root calls this before anything reads it)."""
+    check_redis_version(await ctx.redis.server_version())
     configured = ctx.settings.stream_partitions
     recorded = await ctx.redis.recorded_partitions()
     if recorded is None:

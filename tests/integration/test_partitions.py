@@ -14,7 +14,17 @@ from pathlib import Path
 from im_server.runtime.embedded import start_redis
 from im_server.storage.redis import keys
 from im_server.storage.redis.store import RedisStore
-from tests.support import ServerProcess, Stores, rds
+from tests.support import ServerProcess, Stores, rds, start_redis_62
+
+
+def refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    """The start ended before serving, with one ``im-server:`` line holding ``words``."""
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("im-server:")]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in done.stderr
+    assert "listening" not in done.stdout
 
 
 async def test_a_single_redis_keyspace_records_one_partition(
@@ -41,15 +51,28 @@ async def test_a_start_with_another_count_is_refused_and_changes_nothing(
 ) -> None:
     assert server.url
     env = {**os.environ, **stores.env(), "IM_STREAM_PARTITIONS": "4"}
-    done = await _serve(env)
-    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("im-server:")]
-    assert len(lines) == 1, done.stderr[-2000:]
-    assert "IM_STREAM_PARTITIONS=4" in lines[0] and "made with 1 stream partitions" in lines[0]
-    assert "Traceback" not in done.stderr
-    assert "listening" not in done.stdout
+    refused(await _serve(env), "IM_STREAM_PARTITIONS=4", "made with 1 stream partitions")
     async with rds(stores) as r:
         assert await r.get(keys.PARTITIONS) == "1"  # not re-recorded
+
+
+async def test_a_redis_older_than_7_is_refused_at_start(stores: Stores, tmp_path: Path) -> None:
+    """Redis 6.2 cannot run the send script (SET NX GET): the start is refused with one
+    line that says so, before it serves, and the old server is left as it was."""
+    rdir = tmp_path / "redis62"
+    rdir.mkdir()
+    old, port = start_redis_62(rdir)
+    try:
+        env = {**os.environ, **stores.env(), "IM_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+        refused(await _serve(env), "serves Redis 6.2", "7.0 or later")
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", dedupe_ttl=60)
+        try:
+            assert await store.client.dbsize() == 0  # nothing recorded
+        finally:
+            await store.close()
+    finally:
+        old.terminate()
+        old.wait(30)
 
 
 async def test_a_keyspace_with_a_stream_is_one_made_before_the_record(tmp_path: Path) -> None:

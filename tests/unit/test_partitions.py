@@ -8,7 +8,10 @@ import pytest
 from im_server.services.partitions import (
     CLUSTER_DEFAULT,
     PartitionsMismatch,
+    RedisTooOld,
+    StartRefused,
     check,
+    check_redis_version,
     first_count,
 )
 
@@ -44,3 +47,16 @@ def test_a_start_with_another_count_is_refused_with_what_to_do() -> None:
         check(8, 64)
     text = str(e.value)
     assert "IM_STREAM_PARTITIONS=8" in text and "64" in text and "docs/scaling.md" in text
+
+
+@pytest.mark.parametrize("version", ["7.0.0", "7.2.4", "8.2.1", "9.1.2", None, "unknown", "7"])
+def test_redis_7_and_later_or_an_unknown_version_start(version: str | None) -> None:
+    check_redis_version(version)
+
+
+@pytest.mark.parametrize("version", ["6.2.12", "6.0.16", "5.0.7", "2.8.0"])
+def test_an_older_redis_is_refused_with_what_to_do(version: str) -> None:
+    with pytest.raises(RedisTooOld) as e:
+        check_redis_version(version)
+    assert f"Redis {version}" in str(e.value) and "7.0 or later" in str(e.value)
+    assert isinstance(e.value, StartRefused)  # the CLI's one-line refusal

@@ -5,6 +5,7 @@ A part of :class:`RedisStore`."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -32,17 +33,30 @@ class StreamOps:
     async def full_coverage_required(self) -> bool | None:
         """A Cluster's ``cluster-require-full-coverage`` (yes: every node refuses every
         command while any slot has no live primary); None where CONFIG is not allowed."""
+        name = "cluster-require-full-coverage"
+        value = await self._one_node_field(self.client.config_get(name), name)
+        return None if value is None else value.lower() == "yes"
+
+    async def server_version(self) -> str | None:
+        """The server's ``redis_version`` (on a Cluster, one node's); None where INFO is
+        refused or does not say."""
+        return await self._one_node_field(self.client.info("server"), "redis_version")
+
+    @staticmethod
+    async def _one_node_field(reply: Awaitable[Any], name: str) -> str | None:
+        """Field ``name`` of a CONFIG GET or INFO reply: a dict, or on a Cluster perhaps
+        one per node (or a list of them); None where the command is renamed away or
+        refused, or the reply does not say."""
         try:
-            got: Any = await self.client.config_get("cluster-require-full-coverage")
-        except Exception:  # noqa: BLE001 - CONFIG renamed away or refused: nothing to say
+            got: Any = await reply
+        except Exception:  # noqa: BLE001 - the command is refused: nothing to say
             return None
-        # a dict of the setting, or on a Cluster perhaps one per node
-        while isinstance(got, dict) and "cluster-require-full-coverage" not in got and got:
+        while isinstance(got, dict) and name not in got and got:
             got = next(iter(got.values()))
         if isinstance(got, list) and got:
             got = got[0]
-        value = got.get("cluster-require-full-coverage") if isinstance(got, dict) else None
-        return None if value is None else str(value).lower() == "yes"
+        value = got.get(name) if isinstance(got, dict) else None
+        return None if value is None else str(value)
 
     async def has_streams(self) -> bool:
         """Whether this keyspace already holds the durable queue (made before the count
