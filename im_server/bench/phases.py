@@ -151,7 +151,7 @@ async def verify(
     if local is not None:
         import asyncpg
 
-        conn = await asyncpg.connect(local.pg.url.replace("postgresql+asyncpg", "postgresql"))
+        conn = await asyncpg.connect(local.dsn)
         try:
             for conv, seqs in stats.acked_seqs.items():
                 rows = await conn.fetch(

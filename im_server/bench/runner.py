@@ -166,7 +166,7 @@ async def wal_position(local: Local | None) -> int:
     stores wrote between two readings, the persister's rows and index entries first."""
     if local is None:
         return 0
-    conn = await asyncpg.connect(local.pg.url.replace("postgresql+asyncpg://", "postgresql://"))
+    conn = await asyncpg.connect(local.dsn)
     try:
         return int(await conn.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"))
     finally:

@@ -185,6 +185,11 @@ class Local:
         )
         wait_port(self.echo_port)
 
+    @property
+    def dsn(self) -> str:
+        """The stores' PostgreSQL for plain asyncpg (no SQLAlchemy driver suffix)."""
+        return self.pg.url.replace("postgresql+asyncpg://", "postgresql://")
+
     def _redis_pids(self) -> list[int]:
         if self.cluster is not None:
             return [n.pid() or 0 for n in self.cluster.nodes]

@@ -71,15 +71,14 @@ local ttl, low_water, cold = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[1] == '1
 local rid
 local out = {}
 -- Read once per call, not once per send: nothing else runs while a script does, so a
--- value read earlier in this call is still the value. The seq counter is still written
--- per send (HINCRBY), so a write refused half way through (out of memory) never leaves a
--- queued message above the stored counter.
+-- value read earlier in this call is still the value. The counters that moved are
+-- written by flush(), at the end of the call or before it answers an XADD error.
 local perms = {}   -- conv NUL sender -> status, or false when the cache lacks the sender
 local loaded = {}  -- conv -> whether its permission cache is loaded ('_l')
 local seqs = {}    -- conv -> {cur, lim} of a usable counter, or false
-local dirty = {}   -- convs whose counter moved in this call, in order
+local moved = {}   -- conv -> true once its counter moved in this call
 local function flush()
-  for _, conv in ipairs(dirty) do
+  for conv in pairs(moved) do
     redis.call('HSET', seq1 .. conv .. seq2, 'cur', seqs[conv][1])
   end
 end
@@ -157,10 +156,7 @@ for i = 13, #ARGV do
         flush()
         return added
       end
-      if not sq.d then
-        sq.d = true
-        dirty[#dirty + 1] = conv
-      end
+      moved[conv] = true
       sq[1] = seq
       local low = 0
       if sq[2] - seq < low_water then
