@@ -64,8 +64,23 @@ def is_store_error(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
+    # SQLAlchemy wraps the driver's error (twice when connecting): what the server said
+    # is down the chain. PostgreSQL shutting down, starting up or cancelling on a timeout
+    # is an operator's or a store's state, not a bug.
     cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and isinstance(cause, (OSError, ConnectionError))
+    for _ in range(4):
+        if cause is None or cause is exc:
+            return False
+        if isinstance(cause, (OSError, ConnectionError, *_pg_connection_errors())):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _pg_connection_errors() -> tuple[type[BaseException], ...]:
+    import asyncpg
+
+    return (asyncpg.PostgresConnectionError, asyncpg.OperatorInterventionError)
 
 
 def check_text(value: str, field: str) -> str:
