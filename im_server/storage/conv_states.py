@@ -20,21 +20,60 @@ _CURSOR = (
 )
 # the content types that never count as unread: the notices and system messages
 NOT_COUNTED = ("recall", "system", "edit", "reaction")
-_UNREAD = (
-    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
-    f"AND x.seq > GREATEST({_CURSOR}, {_WIN_MIN} - 1) "
-    "AND x.seq <= COALESCE(m.max_seq, 9223372036854775807) "
-    f"AND x.sender_id <> m.user_id AND x.content_type NOT IN {NOT_COUNTED!r})"
+# seqs per row of message_blocks (migration 0021, whose triggers keep the rows)
+BLOCK = 64
+_NO_END = 9223372036854775807
+# My unread messages in a conversation are the countable ones (not a notice, not mine)
+# in (lo, hi]: after my cursor and my window's start, up to my window's end.
+_LO = f"GREATEST({_CURSOR}, {_WIN_MIN} - 1)"
+_HI = f"COALESCE(m.max_seq, {_NO_END})"
+_COUNTABLE = f"x.content_type NOT IN {NOT_COUNTED!r}"
+# Counted without visiting each unread message: message_blocks holds the countable (and
+# mentioning) messages per conversation and block of BLOCK seqs, so
+#   countable in (lo, hi] = sum of blocks [lo/B, hi/B) - countable in [lo/B*B, lo]
+#                                                    + countable in [hi/B*B, hi]
+# and my own countable messages in (lo, hi] come off that (an index-only count on
+# messages_sender, which includes content_type). No edge or own count visits more than
+# one block, except my own messages after my cursor. The parts that are 0 without
+# looking are not looked at: the end edge while the window is open, my own messages
+# while I have no read cursor (lo is then at or after my last message), the mention
+# count where the blocks hold no mention. ``w`` is computed once (OFFSET 0 keeps the
+# planner from copying the cursor fallback into each use).
+_EDGE = (
+    f"(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
+    f"AND x.seq >= w.{{b}} / {BLOCK} * {BLOCK} AND x.seq <= w.{{b}} AND {_COUNTABLE})"
 )
-# Of those, the ones that mention me or everyone: _UNREAD itself (so the rules cannot
-# drift apart) plus the mention test. The first added condition is the predicate of the
-# partial index messages_mentions (only messages that mention anyone, covering what this
-# reads), so the count stays an index-only scan however long the unread backlog is.
-assert _UNREAD.endswith(")")
-_MENTION_UNREAD = (
-    _UNREAD[:-1] + " AND (x.mention_all OR cardinality(x.mentions) > 0) "
+_MINE = (
+    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id AND x.sender_id = m.user_id "
+    f"AND x.seq > w.lo AND x.seq <= w.hi AND {_COUNTABLE})"
+)
+# The mention count: the partial index messages_mentions (only messages that mention
+# anyone, covering what this reads), so it stays an index-only scan however long the
+# backlog is.
+_MENTIONS = (
+    "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
+    f"AND x.seq > w.lo AND x.seq <= w.hi AND x.sender_id <> m.user_id AND {_COUNTABLE} "
+    "AND (x.mention_all OR cardinality(x.mentions) > 0) "
     "AND (x.mention_all OR m.user_id = ANY(x.mentions)))"
 )
+# ``k.unread`` and ``k.mention_unread`` of the member row ``m`` of conversation ``c``.
+COUNTS_JOIN = f"""
+    LEFT JOIN LATERAL (
+        SELECT bs.countable - {_EDGE.format(b="lo")}
+               + CASE WHEN m.max_seq IS NULL THEN 0 ELSE {_EDGE.format(b="hi")} END
+               - CASE WHEN m.read_seq IS NULL THEN 0 ELSE {_MINE} END AS unread,
+               CASE WHEN bs.mentioning = 0 THEN 0 ELSE {_MENTIONS} END AS mention_unread
+          FROM (SELECT {_LO} AS lo, {_HI} AS hi OFFSET 0) w,
+               LATERAL (
+                 SELECT COALESCE(sum(b.countable) FILTER (WHERE b.blk < w.hi / {BLOCK}), 0)
+                          AS countable,
+                        COALESCE(sum(b.mentioning), 0) AS mentioning
+                   FROM message_blocks b
+                  WHERE b.conv_id = m.conv_id AND b.blk >= w.lo / {BLOCK}
+                    AND b.blk <= w.hi / {BLOCK}) bs
+         WHERE w.hi > w.lo) k ON true"""
+_UNREAD = "COALESCE(k.unread, 0)"
+_MENTION_UNREAD = "COALESCE(k.mention_unread, 0)"
 
 
 # A state's sync version: my own row's (and its settings'), the conversation's while I
@@ -74,6 +113,7 @@ async def states(
         JOIN conversations c ON c.conv_id = m.conv_id
         LEFT JOIN groups g ON g.group_id = c.group_id
         {PEER_JOIN}
+        {COUNTS_JOIN}
         LEFT JOIN LATERAL (
             SELECT {MESSAGE_COLUMNS} FROM messages x
             WHERE x.conv_id = m.conv_id AND x.seq >= {_WIN_MIN}
@@ -135,6 +175,7 @@ _UNREAD_COUNTS = f"""
     WITH t AS MATERIALIZED (
         SELECT m.conv_id, m.muted, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread
           FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id
+          {COUNTS_JOIN}
          WHERE m.user_id = :u)
     SELECT conv_id, unread, mention_unread,
            sum(CASE WHEN muted THEN mention_unread ELSE unread END) OVER ()
@@ -161,6 +202,7 @@ _BADGES = f"""
     WITH t AS MATERIALIZED (
         SELECT m.user_id, m.muted, {_UNREAD} AS unread, {_MENTION_UNREAD} AS mention_unread
           FROM conv_members m JOIN conversations c ON c.conv_id = m.conv_id
+          {COUNTS_JOIN}
          WHERE m.user_id = ANY(CAST(:us AS bigint[])))
     SELECT user_id, sum(CASE WHEN muted THEN mention_unread ELSE unread END)
       FROM t GROUP BY user_id
