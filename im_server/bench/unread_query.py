@@ -68,7 +68,7 @@ from im_server.config import Settings
 from im_server.storage import conv_states as conv_store
 from im_server.storage.db import create_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 EXPLAIN_DOC = ROOT / "docs" / "unread-query-explain.md"
 MIGRATION = ROOT / "migrations" / "versions" / "0001_initial.py"
 
@@ -710,6 +710,11 @@ def write_doc(res: dict[str, Any], plans: dict[str, str], facts: dict[str, Any])
     )
     idx.append("-- conversations: conv_id TEXT PRIMARY KEY (conversations_pkey)")
     idx.append(
+        "-- migrations/versions/0021: message_blocks (conv_id, blk, countable, mentioning), "
+        "PRIMARY KEY (conv_id, blk), kept by statement triggers on messages; messages_sender "
+        "built again as (conv_id, sender_id, seq) INCLUDE (content_type)"
+    )
+    idx.append(
         "-- migrations/versions/0004: CREATE INDEX messages_mentions ON messages (conv_id, seq) "
         "INCLUDE (sender_id, content_type, mention_all, mentions) "
         "WHERE mention_all OR cardinality(mentions) > 0"
@@ -748,11 +753,14 @@ SQLAlchemy/asyncpg (`$1` = the user id):
 {chr(10).join(idx)}
 ```
 
-- `messages_pkey (conv_id, seq) INCLUDE (sender_id, content_type)`: the unread range
-  `seq > cursor AND seq <= window end`, with the sender and type filters answered from
-  the index tuples (index-only).
-- `messages_sender (conv_id, sender_id, seq)`: "my last sent seq here", the fallback
-  when I have no read cursor (backward scan, first row).
+- `message_blocks_pkey (conv_id, blk)`: the countable and mentioning messages of each
+  block of 64 seqs from the cursor's block on, summed.
+- `messages_pkey (conv_id, seq) INCLUDE (sender_id, content_type)`: the countable
+  messages before the cursor in its block (at most one block), with the type filter
+  answered from the index tuples (index-only).
+- `messages_sender (conv_id, sender_id, seq) INCLUDE (content_type)`: my own countable
+  messages after my cursor, and "my last sent seq here", the fallback when I have no
+  read cursor (backward scan, first row).
 - `conv_members_user (user_id, conv_id)`: my conversations.
 
 ## Plan (custom plan for this user, as the first executions get)

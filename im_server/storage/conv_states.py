@@ -29,19 +29,27 @@ _LO = f"GREATEST({_CURSOR}, {_WIN_MIN} - 1)"
 _HI = f"COALESCE(m.max_seq, {_NO_END})"
 _COUNTABLE = f"x.content_type NOT IN {NOT_COUNTED!r}"
 # Counted without visiting each unread message: message_blocks holds the countable (and
-# mentioning) messages per conversation and block of BLOCK seqs, so
-#   countable in (lo, hi] = sum of blocks [lo/B, hi/B) - countable in [lo/B*B, lo]
-#                                                    + countable in [hi/B*B, hi]
-# and my own countable messages in (lo, hi] come off that (an index-only count on
-# messages_sender, which includes content_type). No edge or own count visits more than
-# one block, except my own messages after my cursor. The parts that are 0 without
-# looking are not looked at: the end edge while the window is open, my own messages
-# while I have no read cursor (lo is then at or after my last message), the mention
-# count where the blocks hold no mention. ``w`` is computed once (OFFSET 0 keeps the
-# planner from copying the cursor fallback into each use).
-_EDGE = (
+# mentioning) messages per conversation and block of BLOCK seqs. With C(s) the countable
+# messages up to seq s, and b(s) = s / B, either
+#   C(s) = sum of blocks < b(s) + countable in [b(s)*B, s]             (down from s)
+#   C(s) = sum of blocks <= b(s) - countable in (s, (b(s)+1)*B)        (up from s)
+# and countable in (lo, hi] = C(hi) - C(lo): a sum of blocks and at most two edges of
+# less than a block. lo's edge is taken on the side nearer lo (half a block at most,
+# ``_UP``) while the window is open; hi's edge only when the window has an end (else hi
+# is past every seq). My own countable messages in (lo, hi] come off that (an
+# index-only count on messages_sender, which includes content_type). The parts that are
+# 0 without looking are not looked at: the end edge while the window is open, my own
+# messages while I have no read cursor (lo is then at or after my last message), the
+# mention count where the blocks from lo's on hold no mention. ``w`` is computed once
+# (OFFSET 0 keeps the planner from copying the cursor fallback into each use).
+_UP = f"(m.max_seq IS NULL AND w.lo % {BLOCK} >= {BLOCK // 2})"
+_EDGE_DOWN = (
     f"(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
     f"AND x.seq >= w.{{b}} / {BLOCK} * {BLOCK} AND x.seq <= w.{{b}} AND {_COUNTABLE})"
+)
+_EDGE_UP = (
+    f"(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id "
+    f"AND x.seq > w.lo AND x.seq < (w.lo / {BLOCK} + 1) * {BLOCK} AND {_COUNTABLE})"
 )
 _MINE = (
     "(SELECT count(*) FROM messages x WHERE x.conv_id = m.conv_id AND x.sender_id = m.user_id "
@@ -59,14 +67,16 @@ _MENTIONS = (
 # ``k.unread`` and ``k.mention_unread`` of the member row ``m`` of conversation ``c``.
 COUNTS_JOIN = f"""
     LEFT JOIN LATERAL (
-        SELECT bs.countable - {_EDGE.format(b="lo")}
-               + CASE WHEN m.max_seq IS NULL THEN 0 ELSE {_EDGE.format(b="hi")} END
+        SELECT bs.countable
+               + CASE WHEN {_UP} THEN {_EDGE_UP} ELSE -{_EDGE_DOWN.format(b="lo")} END
+               + CASE WHEN m.max_seq IS NULL THEN 0 ELSE {_EDGE_DOWN.format(b="hi")} END
                - CASE WHEN m.read_seq IS NULL THEN 0 ELSE {_MINE} END AS unread,
                CASE WHEN bs.mentioning = 0 THEN 0 ELSE {_MENTIONS} END AS mention_unread
           FROM (SELECT {_LO} AS lo, {_HI} AS hi OFFSET 0) w,
                LATERAL (
-                 SELECT COALESCE(sum(b.countable) FILTER (WHERE b.blk < w.hi / {BLOCK}), 0)
-                          AS countable,
+                 SELECT COALESCE(sum(b.countable) FILTER (
+                            WHERE b.blk < w.hi / {BLOCK}
+                              AND (b.blk > w.lo / {BLOCK} OR NOT {_UP})), 0) AS countable,
                         COALESCE(sum(b.mentioning), 0) AS mentioning
                    FROM message_blocks b
                   WHERE b.conv_id = m.conv_id AND b.blk >= w.lo / {BLOCK}
