@@ -660,8 +660,9 @@ def reading(f: dict[str, Any], data: dict[str, Any]) -> list[str]:
         )
     lines.append(
         "The unread counts sum `message_blocks` (countable messages per 64 seqs) from the "
-        "cursor's block on, less the countable messages before the cursor in its block: an "
-        f"index-only range scan of `messages_pkey` of at most one block "
+        "cursor's block on, corrected by the countable messages between the cursor and the "
+        "nearer end of its block: an "
+        f"index-only range scan of `messages_pkey` of at most half a block "
         f"({f['index_only_pkey_rows']:,} index rows for {data['u_conversations']} "
         "conversations, where counting every unread message read as many rows as there are "
         "unread messages). My own messages after my cursor come off, counted index-only on "
@@ -754,9 +755,10 @@ SQLAlchemy/asyncpg (`$1` = the user id):
 ```
 
 - `message_blocks_pkey (conv_id, blk)`: the countable and mentioning messages of each
-  block of 64 seqs from the cursor's block on, summed.
+  block of 64 seqs from the cursor's block (or the next) on, summed.
 - `messages_pkey (conv_id, seq) INCLUDE (sender_id, content_type)`: the countable
-  messages before the cursor in its block (at most one block), with the type filter
+  messages between the cursor and the nearer end of its block (half a block at most),
+  with the type filter
   answered from the index tuples (index-only).
 - `messages_sender (conv_id, sender_id, seq) INCLUDE (content_type)`: my own countable
   messages after my cursor, and "my last sent seq here", the fallback when I have no

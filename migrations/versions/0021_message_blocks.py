@@ -1,9 +1,9 @@
 """Unread counts that do not visit each unread message: ``message_blocks`` holds, per
 conversation and block of 64 seqs, how many messages in it can count as unread (not a
 notice: recall, system, edit, reaction) and how many of those mention anyone. An unread
-count becomes a sum over the blocks between the cursor and the end, less the countable
-messages before the cursor in its block, less my own; none of them visits more than one
-block of messages. The blocks are kept by statement triggers on ``messages`` (the same
+count becomes a sum over the blocks between the cursor and the end, corrected by the
+countable messages between the cursor and the nearer end of its block (half a block at
+most), less my own. The blocks are kept by statement triggers on ``messages`` (the same
 transaction as the rows, whoever writes them, in whatever order: a late or re-queued
 message only adds to its block), and filled here from the rows stored before.
 
