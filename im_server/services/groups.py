@@ -1,6 +1,7 @@
 """Groups: creation and membership. Each member has one visibility window in the
 group's conversation; every membership change after creation is also a ``system``
-message in the conversation's seq stream."""
+message in the conversation's seq stream (creation itself posts none: the app's
+webhooks hear of the first members from a ``member.added`` of its own)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from im_server.protocol.ids import group_conv_id, parse_conv_id
 from im_server.services import notify, outbox, permissions, seqs
 from im_server.services.contacts import check_user_id
 from im_server.storage import accounts, contacts, conversations, groups, memberships
+from im_server.storage import webhooks as webhook_store
 from im_server.storage.conversations import ROLE_ADMIN, ROLE_MEMBER, ROLE_NAMES, ROLE_OWNER
 from im_server.storage.db import next_version_txn, now_ms
 
@@ -62,6 +64,7 @@ async def _create_group(ctx: Context, owner: int, name: str, ids: list[int]) -> 
         await memberships.upsert_members(conn, conv_id, [owner], ROLE_OWNER, 1, None, 0)
         if ids:
             await memberships.upsert_members(conn, conv_id, ids, ROLE_MEMBER, 1, None, 0)
+        await webhook_store.group_created_event(conn, conv_id, owner, [owner, *ids], now_ms())
         await memberships.stamp(conn, conv_id, await next_version_txn(conn))
     await permissions.permissions_changed(ctx, [conv_id])
     await notify.changed(ctx, [owner, *ids])

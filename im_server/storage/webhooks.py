@@ -149,6 +149,36 @@ async def user_events(conn: AsyncConnection, user_ids: list[int], type_: str, no
     return int(r.rowcount or 0)
 
 
+async def group_created_event(
+    conn: AsyncConnection, conv_id: str, owner: int, user_ids: list[int], now: int
+) -> int:
+    """``member.added`` of a new group's first members (its owner among them) for every
+    webhook taking it, in the transaction that makes the group. A group is made without
+    a notice in its seq stream (its first message keeps seq 1), so this event, keyed
+    ``group_<conv_id>_created`` and queued in the conversation's order, is how a
+    receiver that mirrors memberships hears of them: it has the shape of a
+    ``members_added`` notice, without a seq."""
+    r = await conn.execute(
+        text(
+            "INSERT INTO webhook_outbox (webhook_id, event_key, conv_key, type, data, "
+            "created_at, next_at) "
+            "SELECT w.webhook_id, 'group_' || CAST(:c AS text) || '_created', :c, 'member.added', "
+            "jsonb_build_object('conv_id', CAST(:c AS text), 'sender_id', CAST(:o AS bigint), "
+            "'content_type', 'system', 'content', jsonb_build_object("
+            "'event', 'members_added', 'actor', CAST(:o AS bigint), "
+            "'user_ids', to_jsonb(CAST(:ids AS bigint[])), 'with_history', true), "
+            "'server_time', CAST(:now AS bigint), 'recalled', false) "
+            "|| jsonb_strip_nulls(jsonb_build_object('external_id', "
+            "(SELECT u.external_id FROM users u WHERE u.user_id = :o))), :now, :now "
+            "FROM webhooks w WHERE w.deleted_at IS NULL "
+            "AND w.events && ARRAY['*', 'member.added'] ORDER BY w.webhook_id "
+            "ON CONFLICT DO NOTHING"
+        ),
+        {"c": conv_id, "o": owner, "ids": sorted(user_ids), "now": now},
+    )
+    return int(r.rowcount or 0)
+
+
 # ---- delivering ------------------------------------------------------------------------------
 
 

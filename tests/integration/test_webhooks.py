@@ -230,6 +230,44 @@ async def test_events_of_messages_members_and_users(
     assert deleted["external_id"] == owner
 
 
+async def test_a_new_groups_first_members_are_one_member_added_before_the_next(
+    hook_server: ServerProcess, app: ServerClient, receiver: Receiver
+) -> None:
+    """A group is made without a notice, so its first members (owner included) come as
+    one ``member.added`` of their own, signed, keyed by the group, queued before the
+    group's later events; the group's seq stream is untouched (its first notice is 1)."""
+    hook = await register(app, receiver.url, ["member.added"])
+    quiet = await register(app, receiver.url + "?messages", ["message.created"])
+    owner, a, b, c = ext(), ext(), ext(), ext()
+    made = await app.import_users([{"external_id": x} for x in (owner, a, b, c)])
+    uid = {u["external_id"]: u["user_id"] for u in made}
+    g = await app.create_group("first members", owner, [a, b])
+    await app.add_member(g["group_id"], c)
+
+    def of_group() -> list[Received]:
+        return [r for r in receiver.got if r.event["data"].get("conv_id") == g["conv_id"]]
+
+    await eventually(lambda: len(of_group()) == 2, timeout=20)
+    first, then = of_group()
+    assert first.msg_id == f"group_{g['conv_id']}_created"
+    assert spec_verify(hook["secret"], first) and not spec_verify(quiet["secret"], first)
+    assert first.event["type"] == "member.added"
+    data = first.event["data"]
+    assert data["content"] == {
+        "event": "members_added",
+        "actor": uid[owner],
+        "user_ids": sorted([uid[owner], uid[a], uid[b]]),
+        "with_history": True,
+    }
+    assert data["sender_id"] == uid[owner] and data["external_id"] == owner
+    assert data["content_type"] == "system" and "seq" not in data
+    assert then.event["type"] == "member.added"
+    assert then.event["data"]["seq"] == 1  # the group's first notice: creation took none
+    assert then.event["data"]["content"]["user_ids"] == [uid[c]]
+    await asyncio.sleep(0.5)  # nothing else of the group, and nothing for the other hook
+    assert len(of_group()) == 2
+
+
 async def test_order_per_conversation_under_concurrent_sends(
     hook_server: ServerProcess, app: ServerClient, receiver: Receiver
 ) -> None:
