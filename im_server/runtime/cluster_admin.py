@@ -176,3 +176,66 @@ def move_slot(
             with admin_client(p.port, pw) as other:
                 cmd(other, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
     return moved
+
+
+# ---------------------------------------------------------------------- health
+
+
+def nodes_view(port: int, password: str) -> dict[str, Peer]:
+    """The cluster as the node on ``port`` sees it (CLUSTER NODES), by node id."""
+    with admin_client(port, password) as c:
+        return parse_nodes(str(cmd(c, "CLUSTER", "NODES")))
+
+
+def state_ok(port: int, password: str) -> bool:
+    with admin_client(port, password) as c:
+        info = str(cmd(c, "CLUSTER", "INFO"))
+    return "cluster_state:ok" in info
+
+
+def agreed(ports: list[int], password: str) -> bool:
+    """Every live node (on ``ports``): ``cluster_state:ok``; sees every live node
+    connected, not failing, with the role, primary and slots that node gives itself; and
+    (a replica) has its link to its primary up. Only then does every node hand a client
+    the same map, replicas included."""
+    views = {port: nodes_view(port, password) for port in ports}
+    selves: dict[int, Peer] = {}
+    for port, view in views.items():
+        me = next((p for p in view.values() if "myself" in p.flags), None)
+        if me is None:
+            return False
+        selves[port] = me
+    for n in ports:
+        if not state_ok(n, password):
+            return False
+        seen = {p.port: p for p in views[n].values()}
+        for port, me in selves.items():
+            p = seen.get(port)
+            if p is None or p.node_id != me.node_id:
+                return False
+            if p.flags & {"handshake", "noaddr", "fail", "fail?"}:
+                return False
+            if "myself" not in p.flags and not p.connected:
+                return False
+            if ("master" in p.flags) != ("master" in me.flags):
+                return False
+            if p.primary_id != me.primary_id or p.slots != me.slots:
+                return False
+        if not all_online(n, password, {me.node_id for me in selves.values()}):
+            return False
+        if "slave" in selves[n].flags:
+            with admin_client(n, password) as c:
+                repl = c.info("replication")
+            if repl.get("master_link_status") != "up":
+                return False
+    return True
+
+
+def all_online(port: int, password: str, node_ids: set[str]) -> bool:
+    """The node on ``port`` reports every one of ``node_ids`` ``online`` in CLUSTER
+    SHARDS. A replica is ``loading`` there (and left out of CLUSTER SLOTS, so out of
+    clients' maps) until the node has heard, by gossip, of its replication offset."""
+    with admin_client(port, password) as c:
+        shards = cmd(c, "CLUSTER", "SHARDS")
+    health = {str(node["id"]): str(node["health"]) for shard in shards for node in shard["nodes"]}
+    return all(health.get(i) == "online" for i in node_ids)

@@ -8,15 +8,7 @@ start returns once every node reports ``cluster_state:ok``. On a folder that alr
 a cluster the nodes just start: each one's ``nodes.conf`` keeps the topology, including
 fail-overs and slot moves made since.
 
-Layout, all of it 0700 folders and 0600 files, owned by the store user::
-
-    <folder>/im-server.password   the one password: requirepass and masterauth of every node
-    <folder>/im-server.cluster    the nodes' names and ports (JSON); "assembled" once formed
-    <folder>/node-<n>/            one node's ``dir``: redis.conf, nodes.conf, the AOF,
-                                  redis.log, redis.pid
-
-Ports are kept in ``im-server.cluster`` because every node's ``nodes.conf`` names the
-others by address: a restart must bring each node back where the others look for it.
+The folder's layout and each node's configuration: ``cluster_nodes``.
 
 Hardening is the single node's (password, loopback, AOF, CONFIG/REPLICAOF/SLAVEOF renamed
 away, DEBUG and MODULE off, umask 077, pdeathsig), with CLUSTER left to password holders:
@@ -28,42 +20,43 @@ keeps other hosts off it, local users are not kept off it.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from im_server.runtime.cluster_admin import (
-    CLUSTER_FILE,
     DEFAULT_NODE_TIMEOUT_MS,
-    NODES_CONF,
     SLOTS,
     NodeInfo,
     Peer,
     admin_client,
+    agreed,
     cmd,
     even_ranges,
     known,
     move_slot,
-    parse_nodes,
+    nodes_view,
     wait_for,
+)
+from im_server.runtime.cluster_nodes import (
+    ClusterNode,
+    NodeSettings,
+    launch_node,
+    load_manifest,
+    new_node,
+    reset_node_dir,
+    save_manifest,
 )
 from im_server.runtime.ownership import (
     StoreUser,
     make_private_dir,
-    read_private,
     secure_tree,
     store_user,
-    write_private,
 )
 from im_server.runtime.passwords import load_or_create_password
 from im_server.runtime.processes import (
@@ -71,50 +64,15 @@ from im_server.runtime.processes import (
     HOST,
     START_TIMEOUT,
     EmbeddedRuntimeError,
-    check_port,
-    free_port,
     send_signal,
 )
 from im_server.runtime.redis_server import (
-    CONFIG_FILE,
-    EmbeddedRedis,
     check_appendfsync,
     cleanup_previous_valkey,
-    launch_valkey,
-    quote_conf,
-    redis_config,
     redis_url,
-    write_config,
 )
 
 log = logging.getLogger("im_server.runtime")
-
-
-class ClusterNode(EmbeddedRedis):
-    """One node of the cluster: a Valkey in its own folder, with its cluster bus port."""
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        data_dir: Path,
-        port: int,
-        bus_port: int,
-        password: str,
-        process: subprocess.Popen[bytes] | None = None,
-    ) -> None:
-        super().__init__(
-            data_dir=data_dir,
-            port=port,
-            url=redis_url(password, port),
-            process=process,
-            password=password,
-        )
-        self.name = name
-        self.bus_port = bus_port
-
-    def __repr__(self) -> str:
-        return f"ClusterNode({self.name!r}, port={self.port}, bus_port={self.bus_port})"
 
 
 @dataclass
@@ -159,9 +117,12 @@ class EmbeddedCluster:
     def display_url(self) -> str:
         return redis_url(HIDDEN, self._first_live().port)
 
+    @property
+    def node_settings(self) -> NodeSettings:
+        return NodeSettings(self.password, self.appendfsync, self.node_timeout_ms, self.user)
+
     def _nodes_view(self, port: int) -> dict[str, Peer]:
-        with admin_client(port, self.password) as c:
-            return parse_nodes(str(cmd(c, "CLUSTER", "NODES")))
+        return nodes_view(port, self.password)
 
     def info(self) -> list[NodeInfo]:
         """Every node with its pid and its role as the node itself reports it."""
@@ -198,63 +159,13 @@ class EmbeddedCluster:
 
     # ------------------------------------------------------------------ waiting
 
-    def _state_ok(self, port: int) -> bool:
-        with admin_client(port, self.password) as c:
-            info = str(cmd(c, "CLUSTER", "INFO"))
-        return "cluster_state:ok" in info
-
-    def _agreed(self) -> bool:
-        """Every live node: ``cluster_state:ok``; sees every live node connected, not
-        failing, with the role, primary and slots that node gives itself; and (a replica)
-        has its link to its primary up. Only then does every node hand a client the same
-        map, replicas included."""
-        live = self.live_nodes()
-        views = {n.port: self._nodes_view(n.port) for n in live}
-        selves: dict[int, Peer] = {}
-        for port, view in views.items():
-            me = next((p for p in view.values() if "myself" in p.flags), None)
-            if me is None:
-                return False
-            selves[port] = me
-        for n in live:
-            if not self._state_ok(n.port):
-                return False
-            seen = {p.port: p for p in views[n.port].values()}
-            for port, me in selves.items():
-                p = seen.get(port)
-                if p is None or p.node_id != me.node_id:
-                    return False
-                if p.flags & {"handshake", "noaddr", "fail", "fail?"}:
-                    return False
-                if "myself" not in p.flags and not p.connected:
-                    return False
-                if ("master" in p.flags) != ("master" in me.flags):
-                    return False
-                if p.primary_id != me.primary_id or p.slots != me.slots:
-                    return False
-            if not self._all_online(n.port, {me.node_id for me in selves.values()}):
-                return False
-            if "slave" in selves[n.port].flags:
-                with admin_client(n.port, self.password) as c:
-                    repl = c.info("replication")
-                if repl.get("master_link_status") != "up":
-                    return False
-        return True
-
-    def _all_online(self, port: int, node_ids: set[str]) -> bool:
-        """The node on ``port`` reports every one of ``node_ids`` ``online`` in CLUSTER
-        SHARDS. A replica is ``loading`` there (and left out of CLUSTER SLOTS, so out of
-        clients' maps) until the node has heard, by gossip, of its replication offset."""
-        with admin_client(port, self.password) as c:
-            shards = cmd(c, "CLUSTER", "SHARDS")
-        health = {
-            str(node["id"]): str(node["health"]) for shard in shards for node in shard["nodes"]
-        }
-        return all(health.get(i) == "online" for i in node_ids)
-
     def wait_ok(self, timeout: float = START_TIMEOUT) -> None:
-        """Wait until every live node agrees the cluster is whole (see ``_agreed``)."""
-        wait_for("the nodes do not agree on a healthy cluster", self._agreed, timeout)
+        """Wait until every live node agrees the cluster is whole (see ``agreed``)."""
+        wait_for(
+            "the nodes do not agree on a healthy cluster",
+            lambda: agreed([n.port for n in self.live_nodes()], self.password),
+            timeout,
+        )
 
     # ------------------------------------------------------------------ stopping
 
@@ -281,7 +192,7 @@ class EmbeddedCluster:
             raise EmbeddedRuntimeError(f"valkey cluster: node {n.name} is running")
         notes: list[str] = []
         cleanup_previous_valkey(n.data_dir, n.port, notes)
-        n.process = _launch_node(self, n, notes)
+        n.process = launch_node(self.node_settings, n, notes)
         self.wait_ok(timeout)
         log.info("valkey cluster: node %s restarted on port %d", n.name, n.port)
 
@@ -290,10 +201,10 @@ class EmbeddedCluster:
     def add_primary(self, timeout: float = START_TIMEOUT) -> ClusterNode:
         """Start one more node, empty, and MEET it: a primary without slots until
         ``migrate_slots`` gives it some."""
-        n = _new_node(self, f"node-{len(self.nodes) + 1}")
+        n = new_node(self.data_dir, f"node-{len(self.nodes) + 1}", self.password)
         self.nodes.append(n)
-        _save_manifest(self, assembled=True)
-        n.process = _launch_node(self, n, [])
+        save_manifest(self.data_dir, self.nodes, self.user, assembled=True)
+        n.process = launch_node(self.node_settings, n, [])
         peer = next(p for p in self.live_nodes() if p is not n)
         with admin_client(n.port, self.password) as c:
             cmd(c, "CLUSTER", "MEET", HOST, peer.port, peer.bus_port)
@@ -306,10 +217,10 @@ class EmbeddedCluster:
         ``primary_port`` (a primary without one cannot ack a send that waits for a
         replica)."""
         head = self.node(primary_port)
-        n = _new_node(self, f"node-{len(self.nodes) + 1}")
+        n = new_node(self.data_dir, f"node-{len(self.nodes) + 1}", self.password)
         self.nodes.append(n)
-        _save_manifest(self, assembled=True)
-        n.process = _launch_node(self, n, [])
+        save_manifest(self.data_dir, self.nodes, self.user, assembled=True)
+        n.process = launch_node(self.node_settings, n, [])
         with admin_client(head.port, self.password) as c:
             head_id = str(cmd(c, "CLUSTER", "MYID"))
         with admin_client(n.port, self.password) as c:
@@ -366,81 +277,6 @@ class EmbeddedCluster:
 
 
 # ---------------------------------------------------------------------- starting
-
-
-def _node_config(cluster: EmbeddedCluster, n: ClusterNode) -> str:
-    extra = [
-        "cluster-enabled yes",
-        f"cluster-config-file {NODES_CONF}",
-        f"cluster-port {n.bus_port}",
-        f"cluster-node-timeout {cluster.node_timeout_ms}",
-        # A replica however long cut off from its primary may still take over: with one
-        # replica per primary, refusing would leave the slots without a server.
-        "cluster-replica-validity-factor 0",
-        # One shard's trouble stays on that shard: with the default (yes), every node
-        # answers CLUSTERDOWN to every command while any slot has no live primary, so a
-        # dead primary would stop the sends of every shard until its replica is promoted.
-        "cluster-require-full-coverage no",
-        f"masterauth {quote_conf(cluster.password)}",
-        # A primary has its replicas from the start: no 5 s wait for more of them before
-        # a full sync (the default), which would hold back every start and rejoin.
-        "repl-diskless-sync-delay 0",
-    ]
-    return redis_config(n.data_dir, n.port, cluster.password, cluster.appendfsync, extra)
-
-
-def _launch_node(
-    cluster: EmbeddedCluster, n: ClusterNode, notes: list[str]
-) -> subprocess.Popen[bytes]:
-    make_private_dir(n.data_dir, cluster.user)
-    check_port(n.port, f"valkey cluster {n.name}")
-    check_port(n.bus_port, f"valkey cluster {n.name} (cluster bus)")
-    write_config(n.data_dir / CONFIG_FILE, _node_config(cluster, n), cluster.user)
-    return launch_valkey(n.data_dir, n.port, cluster.password, cluster.user, notes)
-
-
-def _new_node(cluster: EmbeddedCluster, name: str) -> ClusterNode:
-    return ClusterNode(
-        name=name,
-        data_dir=cluster.data_dir / name,
-        port=free_port(),
-        bus_port=free_port(),
-        password=cluster.password,
-    )
-
-
-def _save_manifest(cluster: EmbeddedCluster, *, assembled: bool) -> None:
-    doc = {
-        "assembled": assembled,
-        "nodes": [{"name": n.name, "port": n.port, "bus_port": n.bus_port} for n in cluster.nodes],
-    }
-    write_private(cluster.data_dir / CLUSTER_FILE, json.dumps(doc, indent=1) + "\n", cluster.user)
-
-
-def _load_manifest(data_dir: Path, user: StoreUser) -> dict[str, Any] | None:
-    try:
-        text = read_private(data_dir / CLUSTER_FILE, user)
-    except FileNotFoundError:
-        return None
-    bad = EmbeddedRuntimeError(
-        f"{data_dir / CLUSTER_FILE} is not a cluster description this version wrote"
-    )
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise bad from None
-    nodes = doc.get("nodes") if isinstance(doc, dict) else None
-    if not isinstance(nodes, list) or not all(
-        isinstance(x, dict)
-        and isinstance(x.get("name"), str)
-        and re.fullmatch(r"node-[0-9]{1,4}", x["name"])
-        and isinstance(x.get("port"), int)
-        and isinstance(x.get("bus_port"), int)
-        for x in nodes
-    ):
-        raise bad
-    result: dict[str, Any] = doc
-    return result
 
 
 def _assemble(cluster: EmbeddedCluster, primaries: int, replicas_per_primary: int) -> None:
@@ -504,7 +340,7 @@ def start_cluster(
     user = store_user()
     notes: list[str] = []
     make_private_dir(data_dir, user)
-    manifest = _load_manifest(data_dir, user)
+    manifest = load_manifest(data_dir, user)
     if manifest is not None:
         for spec in manifest["nodes"]:
             cleanup_previous_valkey(data_dir / spec["name"], spec["port"], notes)
@@ -535,16 +371,16 @@ def start_cluster(
             # An assembly that did not finish: nothing was handed out, start over.
             notes.append("an earlier assembly did not finish: its nodes were reset")
             for n in cluster.nodes:
-                _reset_node_dir(n.data_dir)
+                reset_node_dir(n.data_dir)
         count = primaries * (1 + replicas_per_primary)
-        cluster.nodes = [_new_node(cluster, f"node-{i + 1}") for i in range(count)]
-        _save_manifest(cluster, assembled=False)
+        cluster.nodes = [new_node(data_dir, f"node-{i + 1}", password) for i in range(count)]
+        save_manifest(data_dir, cluster.nodes, user, assembled=False)
     try:
         for n in cluster.nodes:
-            n.process = _launch_node(cluster, n, notes)
+            n.process = launch_node(cluster.node_settings, n, notes)
         if fresh:
             _assemble(cluster, primaries, replicas_per_primary)
-            _save_manifest(cluster, assembled=True)
+            save_manifest(data_dir, cluster.nodes, user, assembled=True)
         else:
             cluster.wait_ok(timeout)
     except BaseException:
@@ -559,9 +395,3 @@ def start_cluster(
         time.monotonic() - t0,
     )
     return cluster
-
-
-def _reset_node_dir(node_dir: Path) -> None:
-    """Forget a node's cluster state and data (only for an assembly that never finished)."""
-    if node_dir.is_dir() and not node_dir.is_symlink():
-        shutil.rmtree(node_dir)
