@@ -253,6 +253,10 @@ class Settings(BaseSettings):
     # searches per user (each costs a few to some tens of ms of PostgreSQL)
     rate_search_per_s: float = 10.0
     rate_search_burst: float = 50.0
+    # server API requests per API key, across processes: a backend caught in a loop
+    # cannot take the server from everyone else
+    rate_server_api_per_s: float = 500.0
+    rate_server_api_burst: float = 2000.0
 
     # presence: each process lists itself every `presence_beat_seconds`; its users count
     # as online until `presence_node_ttl_seconds` after its last beat (a process that died

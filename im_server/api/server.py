@@ -58,6 +58,11 @@ def scoped(scope: str) -> Callable[[Request, Context], Awaitable[ApiKeyRow]]:
                 scope,
             )
             raise ImError("forbidden", f"this API key lacks the {scope!r} scope")
+        try:
+            await ctx.rate.server_api.hold(key.key_id, "server API requests")
+        except ImError:
+            log.info("key %r over its rate: %s %s", key.name, request.method, request.url.path)
+            raise
         log.info("key %r: %s %s", key.name, request.method, request.url.path)
         return key
 

@@ -175,13 +175,15 @@ class Buckets:
 
 @dataclass(frozen=True, slots=True)
 class RateLimits:
-    """The per-user limits, one bucket set per kind of request."""
+    """The per-user limits, one bucket set per kind of request, and the server API's
+    per key."""
 
     send: Buckets
     read: Buckets
     typing: Buckets
     members: Buckets
     search: Buckets
+    server_api: Buckets
     shared: SharedRates | None = None
 
     @classmethod
@@ -192,5 +194,8 @@ class RateLimits:
             typing=Buckets(s.rate_typing_per_s, s.rate_typing_burst, "typing", shared),
             members=Buckets(s.rate_members_per_s, s.rate_members_burst, "members", shared),
             search=Buckets(s.rate_search_per_s, s.rate_search_burst, "search", shared),
+            server_api=Buckets(
+                s.rate_server_api_per_s, s.rate_server_api_burst, "server_api", shared
+            ),
             shared=shared,
         )

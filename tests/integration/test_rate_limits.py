@@ -1,5 +1,5 @@
-"""Per-user rate limits on sends, read reports, typing and searches, and the cap on WebSockets per
-user, against a dedicated server started with low limits. A refused request is answered
+"""Per-user rate limits on sends, read reports, typing and searches, the cap on WebSockets per
+user, and the server API's limit per key, against a dedicated server started with low limits. A refused request is answered
 (``rate_limited``), takes no seq, moves no cursor, and never costs the connection."""
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from im_server.client import ApiError, Client, Connection
+from im_server.client import ApiError, Client, Connection, ServerClient
 from im_server.client.transport import Response
-from tests.support import ServerProcess, Stores, befriend, eventually, new_user
+from tests.support import ServerProcess, Stores, api_key, befriend, eventually, new_user
 
 SEND_PER_S, SEND_BURST = 5, 10
 READ_PER_S, READ_BURST = 5, 10
 TYPING_PER_S, TYPING_BURST = 1, 2
 MEMBERS_PER_S, MEMBERS_BURST = 0.2, 3
 SEARCH_PER_S, SEARCH_BURST = 0.5, 4
+SERVER_API_PER_S, SERVER_API_BURST = 2, 4
 MAX_CONNS = 3
 
 LIMITS = {
@@ -34,6 +35,8 @@ LIMITS = {
     "IM_RATE_MEMBERS_BURST": str(MEMBERS_BURST),
     "IM_RATE_SEARCH_PER_S": str(SEARCH_PER_S),
     "IM_RATE_SEARCH_BURST": str(SEARCH_BURST),
+    "IM_RATE_SERVER_API_PER_S": str(SERVER_API_PER_S),
+    "IM_RATE_SERVER_API_BURST": str(SERVER_API_BURST),
     "IM_MAX_CONNECTIONS_PER_USER": str(MAX_CONNS),
 }
 
@@ -336,3 +339,26 @@ async def test_connection_cap_per_user(limited: ServerProcess) -> None:
         await c.close()
     await carol.aclose()
     await dave.aclose()
+
+
+async def test_server_api_requests_are_limited_per_key(
+    limited: ServerProcess, stores: Stores
+) -> None:
+    """A key over its rate is answered 429 and its request changes nothing; another key
+    is not held back; the key is served again once its bucket refills."""
+    run = uuid.uuid4().hex[:8]
+    async with (
+        ServerClient(limited.url, await api_key(stores)) as app,
+        ServerClient(limited.url, await api_key(stores)) as other,
+    ):
+        for i in range(SERVER_API_BURST):
+            await app.put_user(f"rl-{run}-{i}")
+        with pytest.raises(ApiError) as refused:
+            await app.put_user(f"rl-{run}-over")
+        assert (refused.value.status, refused.value.code) == (429, "rate_limited"), _log(limited)
+        with pytest.raises(ApiError) as missing:
+            await other.get_user(f"rl-{run}-over")
+        assert missing.value.status == 404  # the refused request made no user
+        assert (await other.get_user(f"rl-{run}-0"))["external_id"] == f"rl-{run}-0"
+        await asyncio.sleep(1.5 / SERVER_API_PER_S)
+        assert (await app.put_user(f"rl-{run}-over"))["external_id"] == f"rl-{run}-over"
