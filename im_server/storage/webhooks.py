@@ -156,8 +156,8 @@ async def group_created_event(
     webhook taking it, in the transaction that makes the group. A group is made without
     a notice in its seq stream (its first message keeps seq 1), so this event, keyed
     ``group_<conv_id>_created`` and queued in the conversation's order, is how a
-    receiver that mirrors memberships hears of them: it has the shape of a
-    ``members_added`` notice, without a seq."""
+    receiver that mirrors memberships hears of them: it has the fields of a
+    ``members_added`` notice's event, without a seq (and no ``client_msg_id``)."""
     r = await conn.execute(
         text(
             "INSERT INTO webhook_outbox (webhook_id, event_key, conv_key, type, data, "
@@ -167,7 +167,9 @@ async def group_created_event(
             "'content_type', 'system', 'content', jsonb_build_object("
             "'event', 'members_added', 'actor', CAST(:o AS bigint), "
             "'user_ids', to_jsonb(CAST(:ids AS bigint[])), 'with_history', true), "
-            "'server_time', CAST(:now AS bigint), 'recalled', false) "
+            "'server_time', CAST(:now AS bigint), 'recalled', false, 'client_msg_id', NULL, "
+            "'mentions', '[]'::jsonb, 'mention_all', false, 'reply_to', NULL, 'edited_at', NULL, "
+            "'reactions', '[]'::jsonb) "
             "|| jsonb_strip_nulls(jsonb_build_object('external_id', "
             "(SELECT u.external_id FROM users u WHERE u.user_id = :o))), :now, :now "
             "FROM webhooks w WHERE w.deleted_at IS NULL "

@@ -261,6 +261,8 @@ async def test_a_new_groups_first_members_are_one_member_added_before_the_next(
     }
     assert data["sender_id"] == uid[owner] and data["external_id"] == owner
     assert data["content_type"] == "system" and "seq" not in data
+    # every other field of a notice's event, so a receiver reads both alike
+    assert set(then.event["data"]) - {"seq"} == set(data), (then.event["data"], data)
     assert then.event["type"] == "member.added"
     assert then.event["data"]["seq"] == 1  # the group's first notice: creation took none
     assert then.event["data"]["content"]["user_ids"] == [uid[c]]
