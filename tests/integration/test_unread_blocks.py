@@ -317,3 +317,49 @@ async def test_0021_fills_the_blocks_of_stored_messages(tmp_path: Path) -> None:
             await db.close()
     finally:
         pgs.stop()
+
+
+async def test_a_truncate_empties_the_blocks_it_leaves_without_messages(tmp_path: Path) -> None:
+    """Migration 0022: a TRUNCATE of one partition takes the blocks of its conversations
+    and no others; a TRUNCATE of ``messages`` takes them all; down and up again."""
+    pgs = start_postgres(tmp_path / "pg", fsync=False)
+    try:
+        await migrate(pgs, "head")
+        db = await asyncpg.connect(dsn(pgs))
+        try:
+            rnd = random.Random(22)
+            convs = [f"g:trunc{i}" for i in range(12)]
+            await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
+            part = {
+                c: str(
+                    await db.fetchval(
+                        "SELECT tableoid::regclass FROM messages WHERE conv_id = $1 LIMIT 1", c
+                    )
+                )
+                for c in convs
+            }
+            cut = part[convs[0]]
+            gone = [c for c in convs if part[c] == cut]
+            kept = [c for c in convs if part[c] != cut]
+            assert kept, "the conversations all landed in one partition: pick others"
+            await db.execute(f"TRUNCATE {cut}")
+            stored, counted = await recount(db, convs)
+            assert stored == counted and stored  # the other partitions' blocks stay exact
+            assert {r[0] for r in stored} <= set(kept)
+            blocks = await db.fetchval(
+                "SELECT count(*) FROM message_blocks WHERE conv_id = ANY($1)", gone
+            )
+            assert blocks == 0  # not even blocks of zeros
+
+            await migrate(pgs, "0021", down=True)
+            await db.execute("TRUNCATE messages")  # 0021 alone: the blocks stay behind
+            assert await db.fetchval("SELECT count(*) FROM message_blocks") > 0
+            await db.execute("TRUNCATE message_blocks")
+            await migrate(pgs, "head")
+            await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
+            await db.execute("TRUNCATE messages")
+            assert await db.fetchval("SELECT count(*) FROM message_blocks") == 0
+        finally:
+            await db.close()
+    finally:
+        pgs.stop()
