@@ -4,9 +4,9 @@ blocks.
 Migration 0021's statement triggers keep ``message_blocks`` for rows inserted into and
 deleted from ``messages``. A TRUNCATE fires neither, so it left the blocks counting
 messages that were gone, and unread counts too high for good. Now a TRUNCATE trigger on
-``messages`` empties ``message_blocks``, and one on each partition deletes the blocks of
-the conversations that hash to that partition (``satisfies_hash_partition``: the test
-the partition's own bound makes).
+each partition deletes the blocks of the conversations that hash to that partition
+(``satisfies_hash_partition``: the test the partition's own bound makes). A TRUNCATE of
+``messages`` fires the trigger of every partition.
 
 Revision ID: 0022
 Revises: 0021
@@ -28,20 +28,12 @@ def upgrade() -> None:
         """
         CREATE FUNCTION message_blocks_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-          IF TG_NARGS = 0 THEN
-            TRUNCATE message_blocks;
-          ELSE
-            DELETE FROM message_blocks
-             WHERE satisfies_hash_partition('messages'::regclass, TG_ARGV[0]::int,
-                                            TG_ARGV[1]::int, conv_id);
-          END IF;
+          DELETE FROM message_blocks
+           WHERE satisfies_hash_partition('messages'::regclass, TG_ARGV[0]::int,
+                                          TG_ARGV[1]::int, conv_id);
           RETURN NULL;
         END $$
         """
-    )
-    op.execute(
-        "CREATE TRIGGER messages_blocks_truncated AFTER TRUNCATE ON messages "
-        "FOR EACH STATEMENT EXECUTE FUNCTION message_blocks_truncated()"
     )
     for i in range(PARTITIONS):
         op.execute(
@@ -53,5 +45,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for i in range(PARTITIONS):
         op.execute(f"DROP TRIGGER messages_p{i:02d}_blocks_truncated ON messages_p{i:02d}")
-    op.execute("DROP TRIGGER messages_blocks_truncated ON messages")
     op.execute("DROP FUNCTION message_blocks_truncated()")

@@ -328,7 +328,15 @@ async def test_a_truncate_empties_the_blocks_it_leaves_without_messages(tmp_path
         db = await asyncpg.connect(dsn(pgs))
         try:
             rnd = random.Random(22)
-            convs = [f"g:trunc{i}" for i in range(12)]
+            names = [f"g:trunc{i}" for i in range(400)]
+            convs = []  # two conversations of each partition, so each trigger is tried
+            for r in range(16):
+                convs += await db.fetchval(
+                    "SELECT array_agg(c) FROM (SELECT c FROM unnest($1::text[]) AS c "
+                    "WHERE satisfies_hash_partition('messages'::regclass, 16, $2, c) LIMIT 2) t",
+                    names,
+                    r,
+                )
             await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
             part = {
                 c: str(
@@ -338,10 +346,10 @@ async def test_a_truncate_empties_the_blocks_it_leaves_without_messages(tmp_path
                 )
                 for c in convs
             }
+            assert len(set(part.values())) == 16 and len(convs) == 32
             cut = part[convs[0]]
             gone = [c for c in convs if part[c] == cut]
             kept = [c for c in convs if part[c] != cut]
-            assert kept, "the conversations all landed in one partition: pick others"
             await db.execute(f"TRUNCATE {cut}")
             stored, counted = await recount(db, convs)
             assert stored == counted and stored  # the other partitions' blocks stay exact
