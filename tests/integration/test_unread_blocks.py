@@ -12,6 +12,7 @@ fills the blocks of a populated 0020 database, and goes down and up again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -280,94 +281,95 @@ async def test_each_notice_type_is_left_out_of_the_blocks(db: asyncpg.Connection
 # --------------------------------------------------------------------------- the migration
 
 
-async def test_0021_fills_the_blocks_of_stored_messages(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def migrated_db(
+    tmp_path: Path, rev: str
+) -> AsyncIterator[tuple[EmbeddedPostgres, asyncpg.Connection]]:
+    """A PostgreSQL of the test's own, migrated to ``rev``, and a connection to it."""
     pgs = start_postgres(tmp_path / "pg", fsync=False)
     try:
-        await migrate(pgs, "0020")
+        await migrate(pgs, rev)
         db = await asyncpg.connect(dsn(pgs))
         try:
-            rnd = random.Random(21)
-            convs = [f"g:old{i}" for i in range(6)]
-            msgs = [m for c in convs for m in random_history(rnd, c)]
-            await store(db, rnd, msgs)  # the 0020 statement: no blocks yet
-            assert not await db.fetchval("SELECT to_regclass('message_blocks') IS NOT NULL")
-            last = {c: max(m.seq for m in msgs if m.conv_id == c) for c in convs}
-            conv_min = dict.fromkeys(convs, 1)
-            members = [random_member(rnd, c, u, last[c]) for c in convs for u in USERS]
-            await setup_members(db, members, conv_min, last)
-
-            await migrate(pgs, "0021")
-            stored, counted = await recount(db, convs)
-            assert stored == counted and stored
-            include = await db.fetchval("SELECT pg_get_indexdef('messages_p00_sender'::regclass)")
-            assert "INCLUDE (content_type)" in include
-            async with sa_engine(pgs) as engine, engine.connect() as conn:
-                for u in USERS:
-                    got = await conv_states.unread(conn, u)
-                    assert (got.rows, got.badge) == expected(msgs, members, conv_min, u)
-
-            await migrate(pgs, "0020", down=True)
-            assert not await db.fetchval("SELECT to_regclass('message_blocks') IS NOT NULL")
-            plain = await db.fetchval("SELECT pg_get_indexdef('messages_p00_sender'::regclass)")
-            assert "INCLUDE" not in plain
-            await migrate(pgs, "head")
-            stored, counted = await recount(db, convs)
-            assert stored == counted
+            yield pgs, db
         finally:
             await db.close()
     finally:
         pgs.stop()
+
+
+async def test_0021_fills_the_blocks_of_stored_messages(tmp_path: Path) -> None:
+    async with migrated_db(tmp_path, "0020") as (pgs, db):
+        rnd = random.Random(21)
+        convs = [f"g:old{i}" for i in range(6)]
+        msgs = [m for c in convs for m in random_history(rnd, c)]
+        await store(db, rnd, msgs)  # the 0020 statement: no blocks yet
+        assert not await db.fetchval("SELECT to_regclass('message_blocks') IS NOT NULL")
+        last = {c: max(m.seq for m in msgs if m.conv_id == c) for c in convs}
+        conv_min = dict.fromkeys(convs, 1)
+        members = [random_member(rnd, c, u, last[c]) for c in convs for u in USERS]
+        await setup_members(db, members, conv_min, last)
+
+        await migrate(pgs, "0021")
+        stored, counted = await recount(db, convs)
+        assert stored == counted and stored
+        include = await db.fetchval("SELECT pg_get_indexdef('messages_p00_sender'::regclass)")
+        assert "INCLUDE (content_type)" in include
+        async with sa_engine(pgs) as engine, engine.connect() as conn:
+            for u in USERS:
+                got = await conv_states.unread(conn, u)
+                assert (got.rows, got.badge) == expected(msgs, members, conv_min, u)
+
+        await migrate(pgs, "0020", down=True)
+        assert not await db.fetchval("SELECT to_regclass('message_blocks') IS NOT NULL")
+        plain = await db.fetchval("SELECT pg_get_indexdef('messages_p00_sender'::regclass)")
+        assert "INCLUDE" not in plain
+        await migrate(pgs, "head")
+        stored, counted = await recount(db, convs)
+        assert stored == counted
 
 
 async def test_a_truncate_empties_the_blocks_it_leaves_without_messages(tmp_path: Path) -> None:
     """Migration 0022: a TRUNCATE of one partition takes the blocks of its conversations
     and no others; a TRUNCATE of ``messages`` takes them all; down and up again."""
-    pgs = start_postgres(tmp_path / "pg", fsync=False)
-    try:
-        await migrate(pgs, "head")
-        db = await asyncpg.connect(dsn(pgs))
-        try:
-            rnd = random.Random(22)
-            names = [f"g:trunc{i}" for i in range(400)]
-            convs = []  # two conversations of each partition, so each trigger is tried
-            for r in range(16):
-                convs += await db.fetchval(
-                    "SELECT array_agg(c) FROM (SELECT c FROM unnest($1::text[]) AS c "
-                    "WHERE satisfies_hash_partition('messages'::regclass, 16, $2, c) LIMIT 2) t",
-                    names,
-                    r,
-                )
-            await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
-            part = {
-                c: str(
-                    await db.fetchval(
-                        "SELECT tableoid::regclass FROM messages WHERE conv_id = $1 LIMIT 1", c
-                    )
-                )
-                for c in convs
-            }
-            assert len(set(part.values())) == 16 and len(convs) == 32
-            cut = part[convs[0]]
-            gone = [c for c in convs if part[c] == cut]
-            kept = [c for c in convs if part[c] != cut]
-            await db.execute(f"TRUNCATE {cut}")
-            stored, counted = await recount(db, convs)
-            assert stored == counted and stored  # the other partitions' blocks stay exact
-            assert {r[0] for r in stored} <= set(kept)
-            blocks = await db.fetchval(
-                "SELECT count(*) FROM message_blocks WHERE conv_id = ANY($1)", gone
+    async with migrated_db(tmp_path, "head") as (pgs, db):
+        rnd = random.Random(22)
+        names = [f"g:trunc{i}" for i in range(400)]
+        convs = []  # two conversations of each partition, so each trigger is tried
+        for r in range(16):
+            convs += await db.fetchval(
+                "SELECT array_agg(c) FROM (SELECT c FROM unnest($1::text[]) AS c "
+                "WHERE satisfies_hash_partition('messages'::regclass, 16, $2, c) LIMIT 2) t",
+                names,
+                r,
             )
-            assert blocks == 0  # not even blocks of zeros
+        await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
+        part = {
+            c: str(
+                await db.fetchval(
+                    "SELECT tableoid::regclass FROM messages WHERE conv_id = $1 LIMIT 1", c
+                )
+            )
+            for c in convs
+        }
+        assert len(set(part.values())) == 16 and len(convs) == 32
+        cut = part[convs[0]]
+        gone = [c for c in convs if part[c] == cut]
+        kept = [c for c in convs if part[c] != cut]
+        await db.execute(f"TRUNCATE {cut}")
+        stored, counted = await recount(db, convs)
+        assert stored == counted and stored  # the other partitions' blocks stay exact
+        assert {r[0] for r in stored} <= set(kept)
+        blocks = await db.fetchval(
+            "SELECT count(*) FROM message_blocks WHERE conv_id = ANY($1)", gone
+        )
+        assert blocks == 0  # not even blocks of zeros
 
-            await migrate(pgs, "0021", down=True)
-            await db.execute("TRUNCATE messages")  # 0021 alone: the blocks stay behind
-            assert await db.fetchval("SELECT count(*) FROM message_blocks") > 0
-            await db.execute("TRUNCATE message_blocks")
-            await migrate(pgs, "head")
-            await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
-            await db.execute("TRUNCATE messages")
-            assert await db.fetchval("SELECT count(*) FROM message_blocks") == 0
-        finally:
-            await db.close()
-    finally:
-        pgs.stop()
+        await migrate(pgs, "0021", down=True)
+        await db.execute("TRUNCATE messages")  # 0021 alone: the blocks stay behind
+        assert await db.fetchval("SELECT count(*) FROM message_blocks") > 0
+        await db.execute("TRUNCATE message_blocks")
+        await migrate(pgs, "head")
+        await store(db, rnd, [m for c in convs for m in random_history(rnd, c)])
+        await db.execute("TRUNCATE messages")
+        assert await db.fetchval("SELECT count(*) FROM message_blocks") == 0
