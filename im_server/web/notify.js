@@ -44,7 +44,9 @@ export class Notifier {
     const cfg = await api.pushConfig();
     const web = cfg && cfg.webpush;
     if (!web) return false;
-    const reg = await navigator.serviceWorker.register('/sw.js');
+    await navigator.serviceWorker.register('/sw.js');
+    // a push subscription needs an active worker (the browser refuses one while it installs)
+    const reg = await navigator.serviceWorker.ready;
     let sub = await reg.pushManager.getSubscription();
     if (!sub) {
       sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: fromBase64Url(web.vapid_public_key) });

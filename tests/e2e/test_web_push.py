@@ -54,6 +54,9 @@ const sub = {{
 }};
 let subscribed = false;
 PushManager.prototype.subscribe = async function (opts) {{
+  // as the browser: no subscription while the registration has no active worker
+  const reg = await navigator.serviceWorker.getRegistration();
+  if (!reg || !reg.active) throw new DOMException('Subscription failed - no active Service Worker', 'AbortError');
   const key = new Uint8Array(opts.applicationServerKey);
   window.__subscribedWith = btoa(String.fromCharCode(...key))
     .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '');
@@ -149,9 +152,17 @@ async def test_web_push_with_no_tab_open(
             "ServiceWorker.workerRegistrationUpdated",
             lambda e: regs.update({r["scopeURL"]: r["registrationId"] for r in e["registrations"]}),
         )
+        active: set[str] = set()
+        cdp.on(
+            "ServiceWorker.workerVersionUpdated",
+            lambda e: active.update(
+                v["registrationId"] for v in e["versions"] if v["status"] == "activated"
+            ),
+        )
         await cdp.send("ServiceWorker.enable")
         scope = url + "/"
         await eventually(lambda: scope in regs, timeout=10)
+        await eventually(lambda: regs[scope] in active, timeout=10)  # a push has a worker
         await cdp.send(
             "ServiceWorker.deliverPushMessage",
             {
