@@ -15,6 +15,12 @@ function fromBase64Url(text) {
   return Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
 }
 
+function sameBytes(buffer, bytes) {
+  if (!buffer) return false;
+  const a = new Uint8Array(buffer);
+  return a.length === bytes.length && a.every((v, i) => v === bytes[i]);
+}
+
 export class Notifier {
   constructor(store, { onOpen }) {
     this.store = store;
@@ -47,10 +53,15 @@ export class Notifier {
     await navigator.serviceWorker.register('/sw.js');
     // a push subscription needs an active worker (the browser refuses one while it installs)
     const reg = await navigator.serviceWorker.ready;
+    const key = fromBase64Url(web.vapid_public_key);
     let sub = await reg.pushManager.getSubscription();
-    if (!sub) {
-      sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: fromBase64Url(web.vapid_public_key) });
+    if (sub && !sameBytes(sub.options && sub.options.applicationServerKey, key)) {
+      // made for another server key (the server's VAPID keys were replaced): the push
+      // service would refuse every push the gateway signs with the new one
+      await sub.unsubscribe();
+      sub = null;
     }
+    if (!sub) sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
     const { endpoint, keys } = sub.toJSON();
     await api.registerPush({
       app_id: web.app_id, pushkey: keys.p256dh, platform: 'webpush',

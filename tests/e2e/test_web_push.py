@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,28 +43,49 @@ WEB_APP = "com.example.im.web"
 ENDPOINT = "https://push.example.net/send/e2e-subscription"
 P256DH = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
 AUTH = "k8JV6sjdbhAi-n3NdbKeKQ"
+# a subscription the browser kept from before the server's VAPID keys were replaced
+OLD_ENDPOINT = "https://push.example.net/send/e2e-old-subscription"
+OLD_P256DH = (
+    "BOLDRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+)
 
-# the browser's push service, as far as the page can tell
+# the browser's push service, as far as the page can tell: a subscription outlives the
+# page (kept in the origin's storage, as the browser keeps it), and the browser's
+# refusals (no active worker; another server key while one exists) are kept
+STORE = "__fakePushSubscription"
 FAKE_SUBSCRIPTION = f"""
 window.__subscribedWith = null;
-const sub = {{
-  endpoint: {json.dumps(ENDPOINT)},
-  options: {{}},
-  toJSON() {{ return {{endpoint: this.endpoint, keys: {{p256dh: {json.dumps(P256DH)}, auth: {json.dumps(AUTH)}}}}}; }},
-  unsubscribe: async () => true,
-}};
-let subscribed = false;
+window.__unsubscribed = 0;
+const STORE = {json.dumps(STORE)};
+const b64u = (bytes) => btoa(String.fromCharCode(...bytes))
+  .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '');
+const unb64u = (text) => Uint8Array.from(
+  atob(text.replace(/-/g, '+').replace(/_/g, '/') + '='.repeat((4 - text.length % 4) % 4)),
+  (ch) => ch.charCodeAt(0));
+const stored = () => JSON.parse(localStorage.getItem(STORE) || 'null');
+function current() {{
+  const s = stored();
+  if (!s) return null;
+  return {{
+    endpoint: s.endpoint,
+    options: {{ userVisibleOnly: true, applicationServerKey: unb64u(s.key).buffer }},
+    toJSON() {{ return {{endpoint: s.endpoint, keys: {{p256dh: s.p256dh, auth: {json.dumps(AUTH)}}}}}; }},
+    unsubscribe: async () => {{ localStorage.removeItem(STORE); window.__unsubscribed += 1; return true; }},
+  }};
+}}
 PushManager.prototype.subscribe = async function (opts) {{
-  // as the browser: no subscription while the registration has no active worker
   const reg = await navigator.serviceWorker.getRegistration();
   if (!reg || !reg.active) throw new DOMException('Subscription failed - no active Service Worker', 'AbortError');
-  const key = new Uint8Array(opts.applicationServerKey);
-  window.__subscribedWith = btoa(String.fromCharCode(...key))
-    .replace(/\\+/g, '-').replace(/\\//g, '_').replace(/=+$/, '');
-  subscribed = true;
-  return sub;
+  const key = b64u(new Uint8Array(opts.applicationServerKey));
+  const old = stored();
+  if (old && old.key !== key) {{
+    throw new DOMException('A subscription with a different application server key already exists.', 'InvalidStateError');
+  }}
+  window.__subscribedWith = key;
+  if (!old) localStorage.setItem(STORE, JSON.stringify({{key, endpoint: {json.dumps(ENDPOINT)}, p256dh: {json.dumps(P256DH)}}}));
+  return current();
 }};
-PushManager.prototype.getSubscription = async function () {{ return subscribed ? sub : null; }};
+PushManager.prototype.getSubscription = async function () {{ return current(); }};
 """
 
 
@@ -194,3 +216,55 @@ async def test_web_push_with_no_tab_open(
         await ctx.close()
         for c in (a, b):
             await c.aclose()
+
+
+async def test_web_push_subscription_follows_a_new_server_key(
+    browser: Any, webpush_server: ServerProcess
+) -> None:
+    """The browser keeps a subscription across visits. One made for another server key
+    (the server's VAPID keys were replaced) would have every push the gateway signs
+    refused by the push service, and the browser refuses a second subscription beside
+    it: the page drops it and subscribes anew with the current key. One made with the
+    current key is kept as it is."""
+    url = webpush_server.url
+    alice = uname("alice")
+    a = await Client.register(url, alice, PASSWORD)
+    old = {"key": vapid_public_key(), "endpoint": OLD_ENDPOINT, "p256dh": OLD_P256DH}
+    ctx = await browser.new_context()
+    try:
+        await ctx.grant_permissions(["notifications"], origin=url)
+        await ctx.add_init_script(  # once per tab: what the browser kept from before
+            f"if (location.origin === {json.dumps(url)} && !sessionStorage.getItem('seeded')) {{"
+            " sessionStorage.setItem('seeded', '1');"
+            f" localStorage.setItem({json.dumps(STORE)}, {json.dumps(json.dumps(old))}); }}"
+        )
+        await ctx.add_init_script(FAKE_SUBSCRIPTION)
+        page = await ctx.new_page()
+        problems: list[str] = []
+        watch(page, "alice", problems)
+        await log_in(page, alice, url=url)
+
+        async def registered() -> list[dict[str, Any]]:
+            return [r for r in await a.push_registrations() if r["platform"] == "webpush"]
+
+        [reg] = await eventually(registered, timeout=15)  # the first one the server saw
+        assert reg["pushkey"] == P256DH
+        assert reg["data"] == {"endpoint": ENDPOINT, "auth": AUTH, "events_only": True}
+        assert await page.evaluate("window.__unsubscribed") == 1
+        assert await page.evaluate("window.__subscribedWith") == VAPID
+
+        # the next visit finds a subscription with the current key: kept, registered again
+        async with page.expect_request(
+            lambda r: r.url.endswith("/v1/push/registration") and r.method == "PUT"
+        ) as put:
+            await page.reload()
+        body = (await put.value).post_data_json
+        assert body["pushkey"] == P256DH and body["data"]["endpoint"] == ENDPOINT
+        await expect(page.get_by_test_id("my-id")).to_have_text(re.compile(r"my id: \d+"))
+        assert await page.evaluate("window.__unsubscribed") == 0
+        assert await page.evaluate("window.__subscribedWith") is None
+        assert [r["pushkey"] for r in await registered()] == [P256DH]
+        assert not problems, "errors in the web client:\n" + "\n".join(problems)
+    finally:
+        await ctx.close()
+        await a.aclose()
