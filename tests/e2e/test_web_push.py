@@ -130,6 +130,30 @@ def sygnal_payload(n: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def webpush_registrations(c: Client) -> list[dict[str, Any]]:
+    return [r for r in await c.push_registrations() if r["platform"] == "webpush"]
+
+
+async def logged_in_tab(
+    ctx: Any, url: str, username: str, problems: list[str], *, kept: dict[str, str] | None = None
+) -> Any:
+    """A tab of ``ctx`` logged in as ``username``, notifications allowed, on the stand-in
+    push service; with ``kept``, the subscription the browser kept from before (set once
+    per tab, so that a reload finds what the page left)."""
+    await ctx.grant_permissions(["notifications"], origin=url)
+    if kept is not None:
+        await ctx.add_init_script(
+            f"if (location.origin === {json.dumps(url)} && !sessionStorage.getItem('seeded')) {{"
+            " sessionStorage.setItem('seeded', '1');"
+            f" localStorage.setItem({json.dumps(STORE)}, {json.dumps(json.dumps(kept))}); }}"
+        )
+    await ctx.add_init_script(FAKE_SUBSCRIPTION)
+    page = await ctx.new_page()
+    watch(page, username, problems)
+    await log_in(page, username, url=url)
+    return page
+
+
 async def test_web_push_with_no_tab_open(
     browser: Any, webpush_server: ServerProcess, gateway: RecordingGateway, shots: Path
 ) -> None:
@@ -140,18 +164,11 @@ async def test_web_push_with_no_tab_open(
     conv = await befriend(a, b)
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
     try:
-        await ctx.grant_permissions(["notifications"], origin=url)
-        await ctx.add_init_script(FAKE_SUBSCRIPTION)
-        page = await ctx.new_page()
         problems: list[str] = []
-        watch(page, "alice", problems)
-        await log_in(page, alice, url=url)
+        page = await logged_in_tab(ctx, url, alice, problems)
 
         # the subscription, with the server's VAPID key, registered as webpush
-        async def registered() -> list[dict[str, Any]]:
-            return [r for r in await a.push_registrations() if r["platform"] == "webpush"]
-
-        [reg] = await eventually(registered, timeout=15)
+        [reg] = await eventually(lambda: webpush_registrations(a), timeout=15)
         assert reg["app_id"] == WEB_APP and reg["pushkey"] == P256DH
         assert reg["data"] == {"endpoint": ENDPOINT, "auth": AUTH, "events_only": True}
         assert await page.evaluate("window.__subscribedWith") == VAPID
@@ -232,22 +249,10 @@ async def test_web_push_subscription_follows_a_new_server_key(
     old = {"key": vapid_public_key(), "endpoint": OLD_ENDPOINT, "p256dh": OLD_P256DH}
     ctx = await browser.new_context()
     try:
-        await ctx.grant_permissions(["notifications"], origin=url)
-        await ctx.add_init_script(  # once per tab: what the browser kept from before
-            f"if (location.origin === {json.dumps(url)} && !sessionStorage.getItem('seeded')) {{"
-            " sessionStorage.setItem('seeded', '1');"
-            f" localStorage.setItem({json.dumps(STORE)}, {json.dumps(json.dumps(old))}); }}"
-        )
-        await ctx.add_init_script(FAKE_SUBSCRIPTION)
-        page = await ctx.new_page()
         problems: list[str] = []
-        watch(page, "alice", problems)
-        await log_in(page, alice, url=url)
-
-        async def registered() -> list[dict[str, Any]]:
-            return [r for r in await a.push_registrations() if r["platform"] == "webpush"]
-
-        [reg] = await eventually(registered, timeout=15)  # the first one the server saw
+        page = await logged_in_tab(ctx, url, alice, problems, kept=old)
+        # the first registration the server saw
+        [reg] = await eventually(lambda: webpush_registrations(a), timeout=15)
         assert reg["pushkey"] == P256DH
         assert reg["data"] == {"endpoint": ENDPOINT, "auth": AUTH, "events_only": True}
         assert await page.evaluate("window.__unsubscribed") == 1
@@ -263,7 +268,7 @@ async def test_web_push_subscription_follows_a_new_server_key(
         await expect(page.get_by_test_id("my-id")).to_have_text(re.compile(r"my id: \d+"))
         assert await page.evaluate("window.__unsubscribed") == 0
         assert await page.evaluate("window.__subscribedWith") is None
-        assert [r["pushkey"] for r in await registered()] == [P256DH]
+        assert [r["pushkey"] for r in await webpush_registrations(a)] == [P256DH]
         assert not problems, "errors in the web client:\n" + "\n".join(problems)
     finally:
         await ctx.close()
